@@ -15,6 +15,17 @@ from schemas.envelope import Record
 Dtype = Literal["float32", "float16", "bfloat16"]
 Device = Literal["cpu", "cuda"]
 
+# --------------------------------------------------------------------------- control
+
+
+class RoundStarted(Record):
+    """Ask the challenge generator for a new flywheel round of challenges."""
+
+    round: int = Field(ge=0)
+    n_challenges: int = Field(ge=1)
+    seed: int
+
+
 # --------------------------------------------------------------------------- challenges
 
 

@@ -20,6 +20,7 @@ class EventSpec:
 
 
 _SPECS = [
+    EventSpec("round.started", ev.RoundStarted, 1, "control"),
     EventSpec("challenge.created", ev.ChallengeCreated, 1, "challenges"),
     EventSpec("curriculum.adjusted", ev.CurriculumAdjusted, 1, "curriculum"),
     EventSpec("solution.sampled", ev.SolutionSampled, 1, "solutions"),

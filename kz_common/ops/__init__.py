@@ -1,0 +1,1 @@
+"""Op catalogue: op families, references, baselines, input generators, cost models, tolerances."""
