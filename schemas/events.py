@@ -52,6 +52,12 @@ class ChallengeCreated(Record):
     generator: Literal["programmatic", "llm"]
     round: int = Field(ge=0, description="flywheel round")
     problem_source: str = Field(description="the KernelBench-format problem rendered from the above")
+    purpose: Literal["train", "eval"] = Field(
+        default="train", description="'eval': part of a frozen-point evaluation, not training data"
+    )
+    eval_round: int | None = Field(
+        default=None, description="for eval challenges: the trained round whose adapter is evaluated"
+    )
 
     @model_validator(mode="after")
     def _ranges_ordered(self) -> ChallengeCreated:
@@ -191,15 +197,23 @@ class TrainingRequested(Record):
     dataset_hash: str
 
 
-class RoundCompleted(Record):
-    """A trained (and evaluated) adapter and the decision on it."""
+class RoundTrained(Record):
+    """A LoRA adapter trained for a round, awaiting frozen-point evaluation."""
 
     round: int = Field(ge=1)
-    adapter_path: str | None
+    adapter_path: str
     base_model: str
     dataset_hash: str
     metrics: dict[str, float]
+
+
+class RoundEvaluated(Record):
+    """The frozen-point evaluation of a round's adapter and the promotion decision."""
+
+    round: int = Field(ge=1)
+    adapter_path: str | None
     eval_pass_rates: dict[str, float]
+    previous_pass_rates: dict[str, float]
     promoted: bool
     reason: str
 

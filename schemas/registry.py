@@ -28,7 +28,8 @@ _SPECS = [
     EventSpec("solution.verified", ev.SolutionVerified, 1, "verified"),
     EventSpec("sample.curated", ev.SampleCurated, 1, "curated"),
     EventSpec("training.requested", ev.TrainingRequested, 1, "training-requests"),
-    EventSpec("round.completed", ev.RoundCompleted, 1, "rounds"),
+    EventSpec("round.trained", ev.RoundTrained, 1, "rounds"),
+    EventSpec("round.evaluated", ev.RoundEvaluated, 1, "rounds"),
     EventSpec("dead.letter", ev.DeadLetter, 1, "dead-letters"),
 ]
 
