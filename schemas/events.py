@@ -67,6 +67,32 @@ class ChallengeCreated(Record):
         return self
 
 
+class ChallengeContext(Record):
+    """The challenge facts every downstream event carries (event-carried state).
+
+    Copied from the challenge by the solver and passed along unchanged, so the
+    extractor, verifier, curriculum, curator and evaluator each need only their
+    own input event: no joins across topics, no ordering assumptions between
+    topics, and a stateless consumer can be restarted or scaled at will.
+    """
+
+    op: str
+    family: str
+    dtype: Dtype
+    shape_range: dict[str, tuple[int, int]]
+    target: Target
+    constraints: list[str]
+    difficulty: int = Field(ge=0)
+    round: int = Field(ge=0)
+    purpose: Literal["train", "eval"] = "train"
+    eval_round: int | None = None
+    problem_source: str
+
+    @classmethod
+    def of(cls, challenge: ChallengeCreated) -> ChallengeContext:
+        return cls(**challenge.model_dump(include=set(cls.model_fields)))
+
+
 class CurriculumAdjusted(Record):
     """A curriculum controller decision for one op family."""
 
@@ -94,6 +120,7 @@ class SolutionSampled(Record):
     """One raw LLM sample for a challenge."""
 
     challenge_id: str
+    context: ChallengeContext
     sample_index: int = Field(ge=0)
     n_samples: int = Field(ge=1)
     backend: str = Field(description="'vllm', 'openai', 'transformers', ...")
@@ -109,6 +136,7 @@ class SolutionExtracted(Record):
     """The code pulled out of one sample, or why none could be."""
 
     challenge_id: str
+    context: ChallengeContext
     sample_index: int = Field(ge=0)
     accepted: bool
     code: str | None
@@ -140,6 +168,9 @@ class SolutionVerified(Record):
     """The verifier's verdict on one extracted solution."""
 
     challenge_id: str
+    context: ChallengeContext
+    sample_index: int = Field(ge=0)
+    code: str | None = Field(description="the verified code, carried so the curator needs no join")
     code_hash: str | None
     verifier_version: str
     passed: bool
