@@ -199,10 +199,10 @@ class RuleHit(Record):
 
 
 class SampleCurated(Record):
-    """A curator decision on one verified solution."""
+    """A curator decision on one verified solution; `verdict_event_id` is its sample id."""
 
     challenge_id: str
-    verdict_event_id: str
+    verdict_event_id: str = Field(description="the sample id used in training requests")
     verifier_version: str
     kept: bool
     op: str
@@ -214,6 +214,24 @@ class SampleCurated(Record):
     score: float | None
     rule_hits: list[RuleHit] = Field(default_factory=list)
     reason: str
+    context: ChallengeContext | None = Field(
+        default=None, description="the curator always sets it: trainer and export need no join"
+    )
+    sample_index: int | None = Field(default=None, ge=0)
+
+
+class PreferenceRecorded(Record):
+    """Two solutions of one challenge, the better one chosen: a DPO/GRPO preference pair."""
+
+    challenge_id: str
+    context: ChallengeContext
+    chosen_sample_id: str
+    rejected_sample_id: str
+    chosen_code: str
+    rejected_code: str
+    chosen_score: float
+    rejected_score: float | None = Field(description="None when the rejected one did not pass")
+    reason: str = Field(description="why it lost: 'lower_score', 'failed:<stage>', 'rule:<names>'")
 
 
 # --------------------------------------------------------------------------- training
@@ -247,6 +265,12 @@ class RoundEvaluated(Record):
     previous_pass_rates: dict[str, float]
     promoted: bool
     reason: str
+    baseline_round: int | None = Field(
+        default=None, description="the incumbent round compared against; 0 = the base model"
+    )
+    eval_counts: dict[str, int] = Field(
+        default_factory=dict, description="eval samples behind each pass rate of this round"
+    )
 
 
 # --------------------------------------------------------------------------- dead letters

@@ -27,6 +27,7 @@ _SPECS = [
     EventSpec("solution.extracted", ev.SolutionExtracted, 1, "extracted"),
     EventSpec("solution.verified", ev.SolutionVerified, 1, "verified"),
     EventSpec("sample.curated", ev.SampleCurated, 1, "curated"),
+    EventSpec("preference.recorded", ev.PreferenceRecorded, 1, "curated"),
     EventSpec("training.requested", ev.TrainingRequested, 1, "training-requests"),
     EventSpec("round.trained", ev.RoundTrained, 1, "rounds"),
     EventSpec("round.evaluated", ev.RoundEvaluated, 1, "rounds"),
