@@ -1,0 +1,1 @@
+"""Curator: verified solutions -> curated training samples, preference pairs, training requests."""
