@@ -76,3 +76,16 @@ def verdict(
         timing=Timing(candidate_ms=1.0, naive_ms=speedup), speedup_vs_naive=speedup,
         max_rel_error=err if passed else 1.0,
     )
+
+
+def envelope(payload: SolutionVerified):  # noqa: ANN201 - AnyEnvelope
+    from schemas import Producer, make_event
+
+    return make_event(payload, producer=Producer(service="verifier", version="t"),
+                      correlation_id=payload.challenge_id)
+
+
+def renamed(code: str, block: int = 512) -> str:
+    """A copy of CLEAN-like code with identifiers renamed and a different block constant."""
+    return (code.replace("softmax_kernel", "my_kernel").replace("x_ptr", "inp").replace("out_ptr", "res")
+            .replace("n_cols", "ncol").replace("BLOCK=BLOCK", f"BLOCK={block}"))
