@@ -1,0 +1,109 @@
+"""Topic administration and log scans through kafka-python.
+
+`end_offsets` / ListOffsets("latest") are wrong on Tansu, so the end of a
+partition is taken from the high watermark a Fetch response carries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from kz_common.config import KafkaConfig
+from kz_common.exceptions import BrokerUnavailable
+from kz_common.topics import topic_specs
+
+
+def create_topics(kafka: KafkaConfig, bootstrap: str) -> list[str]:
+    """Create every registered topic that does not exist yet; return the names created."""
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    except KafkaError as exc:
+        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    try:
+        existing = set(admin.list_topics())
+        wanted = [
+            NewTopic(s.physical, s.partitions, kafka.replication_factor)
+            for s in topic_specs(kafka)
+            if s.physical not in existing
+        ]
+        for topic in wanted:  # one at a time: a concurrent creator must not fail the rest
+            try:
+                admin.create_topics([topic])
+            except TopicAlreadyExistsError:
+                pass
+        return [t.name for t in wanted]
+    finally:
+        admin.close()
+
+
+def list_topics(bootstrap: str) -> dict[str, int]:
+    """Topic name -> partition count."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        return {t: len(consumer.partitions_for_topic(t) or ()) for t in consumer.topics()}
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+def scan(
+    bootstrap: str, *topics: str, partitions: set[int] | None = None,
+    idle_s: float = 0.3, max_s: float = 300.0,
+) -> Iterator[Record]:
+    """Every record of `topics` (optionally only some partitions) from the beginning to the end."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+        auto_offset_reset="earliest", request_timeout_ms=10_000, fetch_max_wait_ms=20,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    try:
+        tps = [
+            TopicPartition(t, p)
+            for t in topics
+            for p in sorted(consumer.partitions_for_topic(t) or ())
+            if partitions is None or p in partitions
+        ]
+        if not tps:
+            return
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        yield from _drain(consumer, tps, idle_s, max_s)
+    finally:
+        consumer.close()
+
+
+def _drain(consumer: KafkaConsumer, tps: list[TopicPartition], idle_s: float, max_s: float) -> Iterator[Record]:
+    ends: dict[TopicPartition, int] = {}
+    deadline = time.monotonic() + max_s
+    last_progress = time.monotonic()
+    while time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=100)
+        for tp, records in batch.items():
+            for r in records:
+                yield Record(r.topic, r.partition, r.offset, r.key, r.value)
+            last_progress = time.monotonic()
+        for tp in tps:
+            hw = consumer.highwater(tp)
+            if hw is not None and tp not in ends:
+                ends[tp] = hw
+        if len(ends) == len(tps) and all(consumer.position(tp) >= ends[tp] for tp in tps):
+            return
+        if not batch and time.monotonic() - last_progress > idle_s and len(ends) < len(tps):
+            # A partition that never reported a watermark has had no fetch answer: empty.
+            if all(consumer.position(tp) >= ends.get(tp, 0) for tp in tps):
+                return
+    raise BrokerUnavailable(f"scan of {tps[0].topic}... did not reach the end within {max_s:.0f} s")

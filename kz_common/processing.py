@@ -1,0 +1,173 @@
+"""The broker-independent half of a service: bytes in, bytes out, nothing lost.
+
+`BatchProcessor` turns input records into output messages for one
+`ServiceCore`: it validates, deduplicates, calls the core, wraps payloads in
+envelopes and turns every failure into a dead letter. The Kafka adapter in
+`kz_common.runner` only moves bytes and commits offsets.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import traceback
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel
+
+from kz_common.core import ProcessingError, ServiceCore
+from kz_common.dedupe import SeenIds
+from schemas import (
+    EVENTS,
+    TOPICS,
+    AnyEnvelope,
+    DeadLetter,
+    DecodeError,
+    Producer,
+    SchemaError,
+    derived_event_id,
+    encode,
+    make_event,
+    peek_event_id,
+)
+from schemas import decode as decode_event
+
+log = logging.getLogger(__name__)
+DEAD_LETTER_INDEX = 1 << 20  # output index reserved for the dead letter of an input
+
+
+@dataclass(frozen=True)
+class InRecord:
+    topic: str  # logical topic name
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    topic: str  # logical topic name
+    key: bytes  # correlation id: keeps a challenge's events on one partition
+    value: bytes
+    event_id: str
+
+
+ErrorKind = Literal["decode", "schema", "processing", "oversize"]
+
+
+class BatchProcessor:
+    """Idempotent, never-raising processing of records for one core."""
+
+    def __init__(self, core: ServiceCore, *, max_bytes: int, capacity: int) -> None:
+        self.core = core
+        self.producer = Producer(service=core.name, version=core.version)
+        self.max_bytes = max_bytes
+        self.done = SeenIds(capacity)  # inputs whose effect this process has applied
+        self.emitted = SeenIds(capacity)  # inputs whose outputs are already on the log
+        self.counts = {"in": 0, "out": 0, "dead": 0, "duplicate": 0}
+
+    # ------------------------------------------------------------------ entry points
+
+    def handle(self, rec: InRecord) -> list[OutMessage]:
+        """Outputs (or one dead letter) for one input record."""
+        self.counts["in"] += 1
+        outs = self._handle(rec, emit=True)
+        for out in outs:
+            self.counts["dead" if out.topic == "dead-letters" else "out"] += 1
+        return outs
+
+    def replay(self, rec: InRecord) -> None:
+        """Apply an already-committed input to the core's state; its outputs exist already."""
+        self._handle(rec, emit=False)
+
+    def note_output(self, value: bytes) -> None:
+        """Remember that an event on the log was caused by an input this service handled."""
+        try:
+            doc = orjson.loads(value)
+            producer = doc["producer"]["service"]
+            causation = doc["causation_id"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return
+        if producer == self.core.name and isinstance(causation, str):
+            self.emitted.add(causation)
+
+    # ------------------------------------------------------------------ internals
+
+    def _handle(self, rec: InRecord, *, emit: bool) -> list[OutMessage]:
+        coordinate = f"{rec.topic}/{rec.partition}/{rec.offset}"
+        if coordinate in self.done:
+            return []
+        if len(rec.value) > self.max_bytes:
+            self.done.add(coordinate)
+            return self._dead(rec, None, "oversize", f"{len(rec.value)} bytes > {self.max_bytes}", emit)
+        try:
+            event = decode_event(rec.value)
+        except SchemaError as exc:
+            self.done.add(coordinate)
+            kind: ErrorKind = "decode" if isinstance(exc, DecodeError) else "schema"
+            return self._dead(rec, None, kind, str(exc), emit)
+        if event.type not in TOPICS[rec.topic]:
+            self.done.add(coordinate)
+            return self._dead(rec, event, "schema", f"{event.type} does not belong on {rec.topic}", emit)
+        if event.event_id in self.done:
+            self.counts["duplicate"] += 1
+            return []
+        self.done.add(event.event_id)
+        return self._process(rec, event, emit)
+
+    def _process(self, rec: InRecord, event: AnyEnvelope, emit: bool) -> list[OutMessage]:
+        try:
+            payloads = self.core.process(event)
+        except ProcessingError as exc:
+            return self._dead(rec, event, "processing", str(exc), emit)
+        except Exception as exc:  # a bug in a core must cost one event, not the pipeline
+            log.exception("core %s failed on %s", self.core.name, event.event_id)
+            detail = "".join(traceback.format_exception_only(exc)).strip()
+            return self._dead(rec, event, "processing", f"unexpected: {detail}", emit)
+        if not emit or event.event_id in self.emitted:
+            return []
+        try:
+            return [self._wrap(p, event, i) for i, p in enumerate(payloads)]
+        except _Oversize as exc:
+            return self._dead(rec, event, "oversize", str(exc), emit)
+
+    def _wrap(self, payload: BaseModel, parent: AnyEnvelope, index: int) -> OutMessage:
+        correlation = getattr(payload, "challenge_id", None) or parent.correlation_id
+        event = make_event(
+            payload, producer=self.producer, correlation_id=correlation, parent=parent, index=index
+        )
+        value = encode(event)
+        if len(value) > self.max_bytes:
+            raise _Oversize(f"output {event.type} is {len(value)} bytes > {self.max_bytes}")
+        return OutMessage(EVENTS[event.type].topic, correlation.encode(), value, event.event_id)
+
+    def _dead(
+        self, rec: InRecord, event: AnyEnvelope | None, kind: ErrorKind, error: str, emit: bool
+    ) -> list[OutMessage]:
+        log.warning("dead-letter %s from %s: %s", kind, rec.topic, error[:300])
+        if not emit or (event is not None and event.event_id in self.emitted):
+            return []
+        original_id = event.event_id if event else peek_event_id(rec.value)
+        original = rec.value
+        if len(original) * 4 // 3 > self.max_bytes // 2:  # the letter itself must fit on the topic
+            original = original[: self.max_bytes * 3 // 8]
+            error = f"{error} [original truncated to {len(original)} of {len(rec.value)} bytes]"
+        letter = DeadLetter(
+            source_topic=rec.topic, partition=rec.partition, offset=rec.offset,
+            consumer=self.core.name, error_kind=kind, error=error[:10_000],
+            original_b64=base64.b64encode(original).decode(), original_event_id=original_id,
+        )
+        correlation = event.correlation_id if event else "dead-letter"
+        dead = make_event(letter, producer=self.producer, correlation_id=correlation)
+        if event is not None:  # deterministic id: a redelivered poison event is one letter
+            dead = dead.model_copy(
+                update={"event_id": derived_event_id(event.event_id, self.core.name, DEAD_LETTER_INDEX),
+                        "causation_id": event.event_id}
+            )
+        return [OutMessage("dead-letters", correlation.encode(), encode(dead), dead.event_id)]
+
+
+class _Oversize(Exception):
+    pass

@@ -1,0 +1,200 @@
+"""The Kafka adapter: runs one ServiceCore as a FastStream (aiokafka) batch consumer.
+
+Per batch: decode + process every record (in a worker thread, so heartbeats go
+on), publish all outputs concurrently with acks=all, and only then commit the
+offsets (manual ack). A crash between publish and commit redelivers the batch;
+the processor then recognises inputs whose outputs are already on the log.
+
+Restart and rebalance: the first time a partition reaches this process, the
+runner (1) scans the log for outputs this service already produced and (2)
+replays that partition's committed inputs through the core with outputs
+discarded, so stateful cores get their state back. Both scans are O(log); a
+snapshot store would bound them and is future work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiokafka import TopicPartition as AioTopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from kafka import KafkaConsumer, TopicPartition
+
+from kz_common.admin import scan
+from kz_common.config import Settings
+from kz_common.core import ServiceCore
+from kz_common.processing import BatchProcessor, InRecord, OutMessage
+from kz_common.topics import logical, physical
+from schemas import TOPICS
+
+log = logging.getLogger(__name__)
+BatchHook = Callable[[list[InRecord], list[OutMessage]], None]
+
+
+async def _raw_bytes(msg: Any) -> Any:
+    """FastStream decoder that leaves message bodies as they came off the wire."""
+    return msg.body
+
+
+class _Revocations(ConsumerRebalanceListener):
+    """Forget warm state for partitions taken away, so a later return replays again."""
+
+    def __init__(self, warm: set[int]) -> None:
+        self.warm = warm
+
+    async def on_partitions_revoked(self, revoked: Iterable[AioTopicPartition]) -> None:
+        for tp in revoked:
+            self.warm.discard(tp.partition)
+
+    async def on_partitions_assigned(self, assigned: Iterable[AioTopicPartition]) -> None:
+        return None
+
+
+class ServiceRunner:
+    """One service process: a core, a processor and a FastStream broker connection."""
+
+    def __init__(
+        self, core: ServiceCore, settings: Settings, bootstrap: str, on_batch: BatchHook | None = None
+    ) -> None:
+        self.core = core
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.on_batch = on_batch
+        self.processor = BatchProcessor(
+            core, max_bytes=settings.kafka.max_message_bytes, capacity=settings.runner.dedupe_capacity
+        )
+        self._warm: set[int] = set()
+        self._failed: BaseException | None = None
+        self.broker = self._build_broker()
+
+    # ------------------------------------------------------------------ wiring
+
+    def _build_broker(self) -> KafkaBroker:
+        k = self.settings.kafka
+        broker = KafkaBroker(
+            self.bootstrap, acks="all", max_request_size=k.max_message_bytes + 64_000,
+            linger_ms=1, graceful_timeout=self.settings.runner.shutdown_grace_s,
+            client_id=f"kz-{self.core.name}",
+        )
+        subscriber = broker.subscriber(
+            *(physical(k, t) for t in self.core.inputs),
+            group_id=self.core.name, batch=True, max_records=k.batch_max_records,
+            batch_timeout_ms=k.batch_timeout_ms, fetch_max_wait_ms=max(k.batch_timeout_ms, 1),
+            auto_offset_reset="earliest",  # "latest" is wrong on Tansu; new groups read from the start
+            session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
+            max_poll_interval_ms=k.max_poll_interval_ms, ack_policy=AckPolicy.MANUAL,
+            # Range keeps partition p of every input topic on one member: a challenge stays local.
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            listener=_Revocations(self._warm),
+            decoder=_raw_bytes,  # we decode and validate ourselves: garbage must reach the DLQ
+        )
+        subscriber(self._on_batch)
+        return broker
+
+    # ------------------------------------------------------------------ the handler
+
+    async def _on_batch(self, body: Any, msg: KafkaMessage) -> None:
+        # Never raise here: under manual ack FastStream would skip the batch.
+        raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
+        k = self.settings.kafka
+        records = [InRecord(logical(k, r.topic), r.partition, r.offset, r.value or b"") for r in raw]
+        try:
+            outs = await asyncio.to_thread(self._process, records)
+            futures = [
+                await self.broker.publish(o.value, physical(k, o.topic), key=o.key, no_confirm=True)
+                for o in outs
+            ]
+            await asyncio.gather(*futures)
+            await msg.ack()
+            if self.on_batch:
+                self.on_batch(records, outs)
+        except Exception as exc:  # broker trouble: leave offsets uncommitted and stop
+            log.exception("batch failed in %s; stopping so a restart can resume cleanly", self.core.name)
+            self._failed = exc
+            await msg.nack()
+
+    def _process(self, records: list[InRecord]) -> list[OutMessage]:
+        cold = sorted({r.partition for r in records} - self._warm)
+        if cold and self.settings.runner.rebuild_from_log:
+            self._warm_up(cold)
+        self._warm.update(cold)
+        outs: list[OutMessage] = []
+        for rec in records:
+            outs.extend(self.processor.handle(rec))
+        return outs
+
+    # ------------------------------------------------------------------ restart recovery
+
+    def _warm_up(self, partitions: list[int]) -> None:
+        k = self.settings.kafka
+        outputs = [physical(k, name) for name in TOPICS if name not in self.core.inputs]
+        for rec in scan(self.bootstrap, *outputs):
+            self.processor.note_output(rec.value)
+        if not getattr(self.core, "stateful", True):
+            return
+        committed = self._committed(partitions)
+        for name in self.core.inputs:  # in the core's order: e.g. challenges before verdicts
+            for p in partitions:
+                end = committed.get((name, p), 0)
+                if end:
+                    self._replay(physical(k, name), p, end)
+        log.info("%s warmed partitions %s", self.core.name, partitions)
+
+    def _committed(self, partitions: list[int]) -> dict[tuple[str, int], int]:
+        k = self.settings.kafka
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.core.name,
+                                 enable_auto_commit=False)
+        try:
+            return {
+                (name, p): consumer.committed(TopicPartition(physical(k, name), p)) or 0
+                for name in self.core.inputs for p in partitions
+            }
+        finally:
+            consumer.close()
+
+    def _replay(self, topic: str, partition: int, end: int) -> None:
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+                                 enable_auto_commit=False, fetch_max_wait_ms=50)
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            name = logical(self.settings.kafka, topic)
+            while consumer.position(tp) < end:
+                for r in consumer.poll(timeout_ms=200).get(tp, []):
+                    if r.offset < end:
+                        self.processor.replay(InRecord(name, partition, r.offset, r.value or b""))
+        finally:
+            consumer.close()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set or a batch fails; raise if a batch failed."""
+        await self.broker.start()
+        log.info("%s consuming %s", self.core.name, ", ".join(self.core.inputs))
+        try:
+            while not stop.is_set() and self._failed is None:
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=0.2)
+                except TimeoutError:
+                    pass
+        finally:
+            await self.broker.stop()
+        if self._failed is not None:
+            raise RuntimeError(f"{self.core.name} stopped after a failed batch") from self._failed
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    """SIGTERM/SIGINT set `stop`: in-flight batches finish, offsets are committed, then exit."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
