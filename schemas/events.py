@@ -254,6 +254,9 @@ class RoundTrained(Record):
     base_model: str
     dataset_hash: str
     metrics: dict[str, float]
+    eval_challenge_ids: list[str] = Field(
+        default_factory=list, description="the frozen-point eval challenges published for this round"
+    )
 
 
 class RoundEvaluated(Record):
