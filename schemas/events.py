@@ -58,6 +58,11 @@ class ChallengeCreated(Record):
     eval_round: int | None = Field(
         default=None, description="for eval challenges: the trained round whose adapter is evaluated"
     )
+    eval_adapter_path: str | None = Field(
+        default=None,
+        description="for eval challenges: that round's adapter dir (None = base model or look up "
+        "round.trained), so the solver needs no cross-topic ordering",
+    )
 
     @model_validator(mode="after")
     def _ranges_ordered(self) -> ChallengeCreated:
