@@ -1,0 +1,1 @@
+"""Trainer: LoRA rounds from curated training sets, frozen-point evaluation, dataset export."""

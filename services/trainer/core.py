@@ -1,0 +1,104 @@
+"""TrainerCore: training requests -> a LoRA adapter per round + its frozen-point eval challenges.
+
+It remembers kept curated samples (they carry their challenge context, so the
+prompt is rebuilt without a join) and the task types seen. A TrainingRequested
+whose samples have all arrived is trained at once (requests wait for samples
+still in flight on the curated topic). Each round trains from the base model
+on exactly the requested mixed set, then emits RoundTrained and the held-out
+eval challenges: one set for the candidate (eval_round = round) and, when
+`remeasure_incumbent`, one for the current incumbent (eval_round = incumbent,
+0 = base model), so the evaluator compares both measured side by side.
+
+Training is idempotent: an adapter directory whose manifest has the request's
+dataset hash is reused, so replaying the log at start-up does not retrain.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from kz_common.core import ProcessingError
+from schemas import AnyEnvelope, RoundEvaluated, RoundTrained, SampleCurated, TrainingRequested
+from services.trainer.config import TrainerConfig
+from services.trainer.exceptions import ConfigError, TrainingError
+from services.trainer.heldout import eval_challenges, heldout_tasks
+from services.trainer.lora import TrainExample, read_manifest, train_lora
+from services.trainer.prompt import build_prompt, format_completion
+
+
+class TrainerCore:
+    """The trainer service's core (state: kept samples, pending requests, incumbent round)."""
+
+    name = "trainer"
+    version = "1"
+    inputs: tuple[str, ...] = ("curated", "training-requests", "rounds")
+
+    def __init__(self, config: TrainerConfig) -> None:
+        if not config.base_model:
+            raise ConfigError("trainer needs services.trainer.base_model (a model directory or hub id)")
+        self.cfg = config
+        self.samples: dict[str, SampleCurated] = {}
+        self.task_types: set[tuple[str, str]] = set()
+        self.pending: dict[int, TrainingRequested] = {}
+        self.done: set[int] = set()
+        self.incumbent = 0
+
+    def process(self, event: AnyEnvelope) -> list[BaseModel]:
+        p = event.payload
+        if isinstance(p, SampleCurated):
+            self.task_types.add((p.family, p.dtype))
+            if p.kept:
+                self.samples[p.verdict_event_id] = p
+        elif isinstance(p, TrainingRequested) and p.round not in self.done:
+            self.pending[p.round] = p
+        elif isinstance(p, RoundEvaluated) and p.promoted:
+            self.incumbent = max(self.incumbent, p.round)
+        else:
+            return []
+        return self._run_ready()
+
+    def missing(self, req: TrainingRequested) -> list[str]:
+        """Sample ids of `req` not seen on the curated topic yet."""
+        return [s for s in (*req.new_sample_ids, *req.replay_sample_ids) if s not in self.samples]
+
+    def _run_ready(self) -> list[BaseModel]:
+        out: list[BaseModel] = []
+        for rnd in sorted(self.pending):
+            req = self.pending[rnd]
+            if self.missing(req):
+                continue
+            del self.pending[rnd]
+            self.done.add(rnd)
+            out += self._train(req)
+        return out
+
+    def examples(self, req: TrainingRequested) -> list[TrainExample]:
+        out = []
+        for sid in (*req.new_sample_ids, *req.replay_sample_ids):
+            s = self.samples[sid]
+            if s.context is None or s.code is None:
+                raise ProcessingError(f"kept sample {sid} lacks context or code")
+            out.append(TrainExample(sid, build_prompt(s.context), format_completion(s.code)))
+        return out
+
+    def _train(self, req: TrainingRequested) -> list[BaseModel]:
+        out_dir = self.cfg.adapters_dir / f"round-{req.round:04d}"
+        manifest = read_manifest(out_dir)
+        if manifest is not None and manifest.get("dataset_hash") == req.dataset_hash:
+            metrics = {k: float(v) for k, v in manifest["metrics"].items()}
+        else:
+            try:
+                result = train_lora(self.cfg.base_model, self.examples(req), self.cfg.train, out_dir,
+                                    dataset_hash=req.dataset_hash, extra_manifest={"round": req.round})
+            except TrainingError as exc:
+                raise ProcessingError(f"round {req.round}: {exc}") from exc
+            metrics = result.metrics
+        tasks = heldout_tasks(self.task_types, self.cfg)
+        arms = [req.round] + ([self.incumbent] if self.cfg.remeasure_incumbent else [])
+        challenges = [c for arm in arms for c in eval_challenges(tasks, round=req.round, arm=arm, cfg=self.cfg)]
+        trained = RoundTrained(
+            round=req.round, adapter_path=str(out_dir), base_model=self.cfg.base_model,
+            dataset_hash=req.dataset_hash, metrics=metrics,
+            eval_challenge_ids=[c.challenge_id for c in challenges],
+        )
+        return [trained, *challenges]
