@@ -1,0 +1,251 @@
+"""Run one candidate in the sandbox and judge what it left behind, from the parent's side.
+
+The harness's report may only ADD rejections (launch counts, traced aten ops,
+tampering); a pass needs the parent's own checks on the saved tensors: count,
+plain tensors, dtype/shape/strides, no aliasing of inputs, inputs unmodified
+against the parent's copy, numerics against references that never left the
+parent, for every correctness call and for the timed runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.verifier import policy as P
+from services.verifier import sandbox
+from services.verifier import sandbox_mounts as M
+from services.verifier import workspace as W
+from services.verifier.numerics import compare, is_contiguous_or_same
+from services.verifier.options import VERIFIER_VERSION, VerifyOptions
+from services.verifier.reference import ReferenceBundle
+
+_HASH_LOCKS: dict[str, threading.Lock] = {}
+_HASH_LOCKS_GUARD = threading.Lock()
+
+
+@dataclass
+class Outcome:
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    isolation: str = "none"
+    launches: int | None = None
+    max_rel_error: float | None = None
+    timing: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, stage: str, reason: str) -> None:
+        if (stage, reason) not in self.failures:
+            self.failures.append((stage, reason))
+
+
+def source_hash(src: str, device: str) -> str:
+    h = hashlib.sha256(src.encode())
+    h.update(f"|{device}|{torch.__version__}|{VERIFIER_VERSION}".encode())
+    try:
+        import triton
+
+        h.update(triton.__version__.encode())
+    except ImportError:
+        pass
+    return h.hexdigest()[:32]
+
+
+def _hash_lock(key: str) -> threading.Lock:
+    with _HASH_LOCKS_GUARD:
+        return _HASH_LOCKS.setdefault(key, threading.Lock())
+
+
+def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
+        mode: str, gate: sandbox.Gate | None) -> Outcome:
+    """Sandbox-run `solution_src` against `bundle` and judge it."""
+    key = source_hash(solution_src, options.device)
+    cache = Path(options.cache) / "candidates" / key
+    cache.mkdir(parents=True, exist_ok=True)
+    work = W.new_dir(base, "cand")
+    (work / "out").mkdir()
+    W.populate(work, {"harness.py": W.PKG / "harness.py", "kz_timing.py": W.PKG / "timing.py",
+                      "solution.py": solution_src})
+    view = M.View(str(work), str(bundle.inputs_dir), str(cache), options.device)
+    inside = sandbox.inside_view(mode, view)
+    job = _job(bundle, options, inside)
+    limits = sandbox.Limits(options.wall_timeout_s, options.cpu_seconds,
+                            options.memory_limit_mb << 20, options.nproc,
+                            options.fsize_mb << 20, options.timing_timeout_s)
+    argv = [sys.executable, "-I", "-B", "-u", f"{inside.work}/harness.py"]
+    env = W.env_for(options.device, inside, interpret=options.device == "cpu")
+    try:
+        with _hash_lock(key):  # identical sources share a compile cache, one at a time
+            res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(),
+                              base, on_ready=gate if job.get("timing") else None)
+        return judge(work, job, res, bundle, options)
+    finally:
+        if not options.keep_artifacts:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dict[str, Any]:
+    meta = bundle.meta
+    job: dict[str, Any] = {
+        "nonce": uuid.uuid4().hex, "device": options.device, "work": inside.work,
+        "inputs": inside.inputs, "allowed_aten": sorted(P.ALLOWED_ATEN_OPS),
+        "poisoned_aten": sorted(P.POISONED_ATEN_OPS), "int_poison": P.INT_POISON,
+        "calls": [{"shape_index": t["shape_index"], "file": t["file"]} for t in meta["trials"]],
+        "shapes": [{"init_file": s["init_file"], "init_seed": s["init_seed"],
+                    "state_file": s["state_file"]} for s in meta["shapes"]],
+    }
+    timing = meta.get("timing")
+    if options.device == "cuda" and timing:
+        n = options.n_timing_runs
+        job["timing"] = {"shape_index": timing["shape_index"], "files": timing["files"],
+                         "warmup": options.warmup, "runs": n + secrets.randbelow(n // 4 + 1),
+                         "flush_bytes": options.flush_mb << 20}
+    return job
+
+
+def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: ReferenceBundle,
+          options: VerifyOptions) -> Outcome:
+    o = Outcome(isolation=res.isolation)
+    o.details["wall_s"] = round(res.wall_s, 3)
+    if res.timed_out:
+        o.fail("runtime", f"candidate {res.describe()}")
+    report = W.load_json(work / "out" / "report.json")
+    if report is None or report.get("nonce") != job["nonce"]:
+        o.fail("runtime", f"no valid harness report: {res.describe()}")
+        return o
+    _report_failures(o, report, job, res)
+    cap = options.fsize_mb << 20
+    for i, call in enumerate(job["calls"]):
+        data = W.load_tensors(work / "out" / f"call_{i}.pt", cap)
+        if data is None and not o.failures:
+            o.fail("output", f"call {i}: no readable outputs")
+        if data is not None:
+            _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})")
+    if not o.failures and job.get("timing"):
+        _check_timing(o, work, report, bundle, cap)
+    return o
+
+
+def _where(bundle: ReferenceBundle, i: int) -> str:
+    t = bundle.meta["trials"][i]
+    dims = bundle.meta["shapes"][t["shape_index"]]["overrides"] or "default shape"
+    return f"shape {dims}, trial {t['trial']}, scale 2^{t['scale_exp']}"
+
+
+def _report_failures(o: Outcome, report: dict[str, Any], job: dict[str, Any],
+                     res: sandbox.RunResult) -> None:
+    for err in report.get("errors", []):
+        o.fail(*_stage_msg(err))
+    calls = report.get("calls", [])
+    total = 0
+    for rec in calls:
+        for err in rec.get("errors", []):
+            o.fail(*_stage_msg(err))
+        launches = int(rec.get("launches", 0) or 0)
+        total += launches
+        if launches == 0 and not rec.get("errors"):
+            o.fail("runtime", "no Triton kernel launched in forward (no_triton_launch): "
+                              "output computed some other way")
+        ops = rec.get("aten_violations") or []
+        if ops:
+            o.fail("runtime", f"forward ran library compute at dispatch level: {', '.join(ops[:8])}")
+    o.launches = total
+    if len(calls) < len(job["calls"]) and not report.get("errors"):
+        o.fail("runtime", f"harness stopped after {len(calls)} of {len(job['calls'])} calls: "
+                          f"candidate {res.describe()}")
+    for msg in report.get("integrity", []):
+        o.fail("runtime", str(msg))
+
+
+def _stage_msg(err: Any) -> tuple[str, str]:
+    if isinstance(err, list) and len(err) == 2 and err[0] in ("import", "runtime", "output",
+                                                              "timing"):
+        return str(err[0]), str(err[1])[:500]
+    return "runtime", str(err)[:500]
+
+
+def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: str) -> None:
+    refs, inputs = bundle.refs[i], bundle.inputs[i]
+    if not (isinstance(data, dict) and isinstance(data.get("outputs"), list)
+            and isinstance(data.get("inputs_after"), list)):
+        o.fail("output", f"{where}: malformed output file")
+        return
+    outs, after = data["outputs"], data["inputs_after"]
+    if len(outs) != len(refs):
+        o.fail("output", f"{where}: {len(outs)} outputs, expected {len(refs)}")
+        return
+    if len(after) != len(inputs) or not all(_same_bits(a, b) for a, b in zip(after, inputs)):
+        o.fail("runtime", f"{where}: inputs were modified (input mutation)")
+    in_ptrs = {x.untyped_storage().data_ptr() for x in after
+               if type(x) is torch.Tensor and x.numel()}
+    for j, (out, ref) in enumerate(zip(outs, refs)):
+        bad = _structure(out, ref, in_ptrs)
+        if bad:
+            o.fail("output", f"{where}: output {j} {bad}")
+            continue
+        tol = bundle.tol_for(ref.dtype)
+        cmp = compare(out, ref, tol) if tol else compare(out, ref, _EXACT)
+        o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
+        if not cmp.ok:
+            o.fail("numerics", f"{where}: output {j}: {cmp.reason}")
+
+
+class _Exact:
+    atol = rtol = rel_norm = 0.0
+
+
+_EXACT = _Exact()  # integer/bool outputs are compared exactly anyway
+
+
+def _structure(out: Any, ref: torch.Tensor, in_ptrs: set[int]) -> str | None:
+    if type(out) is not torch.Tensor:
+        return f"is {type(out).__name__}, not a plain torch.Tensor"
+    if out.dtype != ref.dtype:
+        return f"has dtype {out.dtype}, expected {ref.dtype} (wrong dtype)"
+    if tuple(out.shape) != tuple(ref.shape):
+        return f"has shape {tuple(out.shape)}, expected {tuple(ref.shape)} (wrong shape)"
+    if not is_contiguous_or_same(out, ref):
+        return f"has strides {tuple(out.stride())}: neither contiguous nor the reference's " \
+               f"{tuple(ref.stride())} (wrong strides)"
+    if out.numel() and out.untyped_storage().data_ptr() in in_ptrs:
+        return "aliases an input (shared storage: output alias)"
+    return None
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    if isinstance(b, torch.Tensor):
+        if type(a) is not torch.Tensor or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not b.numel():
+            return True
+        return torch.equal(a.reshape(-1).contiguous().view(torch.uint8),
+                           b.reshape(-1).contiguous().view(torch.uint8))
+    return bool(a == b)
+
+
+def _check_timing(o: Outcome, work: Path, report: dict[str, Any], bundle: ReferenceBundle,
+                  cap: int) -> None:
+    stats = report.get("timing")
+    med = stats.get("median_ms") if isinstance(stats, dict) else None
+    if not isinstance(med, (int, float)) or not med > 0 or med != med or med == float("inf"):
+        o.fail("timing", "no valid timing result from the timed runs")
+        return
+    o.timing = {k: v for k, v in stats.items() if isinstance(v, (int, float, bool))}
+    for k, ti in enumerate(bundle.meta["timing"]["trial_indices"]):
+        data = W.load_tensors(work / "out" / f"timed_{k}.pt", cap)
+        before = len(o.failures)
+        if data is None:
+            o.fail("timing", f"timed run {k}: no readable outputs")
+            continue
+        _check_call(o, data, ti, bundle, f"timed run {k}")
+        for n in range(before, len(o.failures)):
+            o.failures[n] = ("timing", o.failures[n][1] + " (output changed in timed runs)")

@@ -1,0 +1,112 @@
+"""Per-candidate cgroup (v2, or v1 pids+memory) where /sys/fs/cgroup is writable.
+
+Best effort: the verdict's isolation string says whether a cgroup was used.
+Joining happens in the launcher shell (as root, before the uid drop), so the
+whole process tree, threads included, counts against pids.max / memory.max.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+GROUP = "kz-verifier"
+
+
+@dataclass
+class Cgroup:
+    """One candidate's cgroup directories (one for v2, one per controller for v1)."""
+
+    dirs: list[Path]
+    version: int
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def kill(self) -> None:
+        if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
+            _write(self.dirs[0] / "cgroup.kill", "1")
+        for d in self.dirs:
+            for pid in _read_pids(d):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def remove(self) -> None:
+        self.kill()
+        for d in self.dirs:
+            for _ in range(50):  # dying tasks linger for a few ms
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def create(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | None:
+    """A fresh cgroup for one candidate, or None where cgroups are not writable."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        if (ROOT / "cgroup.controllers").exists():
+            return _create_v2(name, pids_max, memory_bytes)
+        if (ROOT / "pids").is_dir():
+            return _create_v1(name, pids_max, memory_bytes)
+    except OSError:
+        return None
+    return None
+
+
+def _create_v2(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | None:
+    parent = ROOT / GROUP
+    parent.mkdir(exist_ok=True)
+    available = (ROOT / "cgroup.controllers").read_text().split()
+    wanted = [c for c in ("pids", "memory") if c in available]
+    if "pids" not in wanted:
+        return None
+    _write(ROOT / "cgroup.subtree_control", " ".join("+" + c for c in wanted))
+    _write(parent / "cgroup.subtree_control", " ".join("+" + c for c in wanted))
+    d = parent / name
+    d.mkdir()
+    _write(d / "pids.max", str(pids_max))
+    if memory_bytes and "memory" in wanted:
+        _write(d / "memory.max", str(memory_bytes))
+        if (d / "memory.swap.max").exists():
+            _write(d / "memory.swap.max", "0")
+    return Cgroup([d], 2)
+
+
+def _create_v1(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | None:
+    pd = ROOT / "pids" / GROUP / name
+    pd.mkdir(parents=True)
+    _write(pd / "pids.max", str(pids_max))
+    dirs = [pd]
+    if memory_bytes and (ROOT / "memory").is_dir():
+        md = ROOT / "memory" / GROUP / name
+        try:
+            md.mkdir(parents=True)
+            _write(md / "memory.limit_in_bytes", str(memory_bytes))
+            dirs.append(md)
+        except OSError:
+            pass
+    return Cgroup(dirs, 1)
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _read_pids(d: Path) -> list[int]:
+    try:
+        return [int(x) for x in (d / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []

@@ -1,0 +1,173 @@
+"""verify / verify_many: the verifier's entry points.
+
+Pipeline per candidate: static AST policy -> reference bundle (once per problem,
+its own sandboxed process) -> candidate in its own sandbox (correctness calls
+in parallel with other candidates; timing serialised by one GPU lock) -> the
+parent's own checks -> verdict. Every failure, including the verifier's own,
+becomes a rejected verdict with a reason; nothing here raises on bad candidates.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import traceback
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from services.verifier import candidate, perf, reference, sandbox
+from services.verifier import workspace as W
+from services.verifier.exceptions import ProblemError, SandboxError
+from services.verifier.options import VerifyOptions
+from services.verifier.report import Timings, VerifyReport, first_stage, rejected
+from services.verifier.static_check import check_solution
+
+
+class Session:
+    """Shared state of one verify/verify_many call: temp base, bundles, GPU lock."""
+
+    def __init__(self, options: VerifyOptions) -> None:
+        self.options = options
+        self.mode = sandbox.choose_mode(options.isolation, options.device)
+        self.base = W.make_base(options.tmp_dir)
+        self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
+        self._bundle_locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def close(self) -> None:
+        if not self.options.keep_artifacts:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    @contextmanager
+    def gate(self) -> Iterator[None]:
+        with perf.gpu_lock(self.options.cache):
+            yield
+
+    def bundle(self, problem_src: str) -> reference.ReferenceBundle:
+        key = reference.problem_key(problem_src, self.options)
+        with self._guard:
+            lock = self._bundle_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._bundles:
+                self._bundles[key] = self._build(problem_src)
+            got = self._bundles[key]
+        if isinstance(got, ProblemError):
+            raise got
+        return got
+
+    def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
+        o = self.options
+        name = perf.gpu_name_hint()
+        need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
+        try:
+            b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
+                                measure_peak=need_peak, gate=self.gate)
+        except ProblemError as exc:
+            return exc
+        if b.meta.get("peak"):
+            perf.save_peak(o.cache, b.meta["peak"])
+        return b
+
+    # ------------------------------------------------------------------ one candidate
+
+    def verify(self, problem_src: str, solution_src: str) -> VerifyReport:
+        o = self.options
+        try:
+            return self._verify(problem_src, solution_src)
+        except ProblemError as exc:
+            return rejected("problem", [f"problem unusable (misuse): {exc}"], o.device,
+                            isolation=self.mode)
+        except SandboxError as exc:
+            return rejected("internal", [f"sandbox failure: {exc}"], o.device, isolation=self.mode)
+        except Exception as exc:  # noqa: BLE001 - never crash on a candidate
+            tb = traceback.format_exc(limit=3)[-600:]
+            return rejected("internal", [f"verifier internal error: {type(exc).__name__}: {exc}",
+                                         tb], o.device, isolation=self.mode)
+
+    def _verify(self, problem_src: str, solution_src: str) -> VerifyReport:
+        o = self.options
+        static = check_solution(solution_src, o.policy)
+        if not static.ok:
+            return rejected("static", static.reasons, o.device, isolation="none (not run)",
+                            fingerprint=perf.fingerprint(o.device, None, "none"),
+                            details={"kernels": list(static.kernels)})
+        bundle = self.bundle(problem_src)
+        gate = self.gate if o.device == "cuda" else None
+        out = candidate.run(solution_src, bundle, o, self.base, self.mode, gate)
+        device_name = bundle.meta.get("device_name")
+        rep = VerifyReport(passed=False, stage="passed", reasons=[], device=o.device,
+                           isolation=out.isolation, triton_launches=out.launches,
+                           max_rel_error=out.max_rel_error,
+                           fingerprint=perf.fingerprint(o.device, device_name, out.isolation),
+                           details={"kernels": list(static.kernels), **out.details,
+                                    "shapes": [s["overrides"] for s in bundle.meta["shapes"]],
+                                    "trials": len(bundle.meta["trials"]),
+                                    "reference_isolation": bundle.isolation})
+        if o.device == "cuda" and not out.failures:
+            self._performance(rep, out, bundle)
+        if out.failures:
+            rep.stage = first_stage(out.failures)
+            rep.reasons = [f"{s}: {r}" for s, r in out.failures]
+        rep.passed = not out.failures
+        return rep
+
+    def _performance(self, rep: VerifyReport, out: candidate.Outcome,
+                     bundle: reference.ReferenceBundle) -> None:
+        t = bundle.meta.get("timing") or {}
+        cand = out.timing or {}
+        naive, opt = t.get("naive") or {}, t.get("optimized") or {}
+        rep.perf_measured = bool(cand.get("median_ms"))
+        rep.timings = Timings(cand.get("median_ms"), naive.get("median_ms"),
+                              (opt or naive).get("median_ms"), cand.get("spread"))
+        if not rep.perf_measured:
+            return
+        c = rep.timings.candidate_ms
+        assert c is not None
+        rep.speedup_vs_naive = naive["median_ms"] / c if naive.get("median_ms") else None
+        base_opt = opt or naive  # without ModelOpt, Model is both baselines
+        rep.speedup_vs_optimized = base_opt["median_ms"] / c if base_opt.get("median_ms") else None
+        rep.details["candidate_timing"] = cand
+        self._roofline(rep, out, bundle, c, t)
+
+    def _roofline(self, rep: VerifyReport, out: candidate.Outcome,
+                  bundle: reference.ReferenceBundle, c_ms: float, t: dict[str, Any]) -> None:
+        peak = bundle.meta.get("peak") or perf.load_peak(self.options.cache,
+                                                         bundle.meta.get("device_name"))
+        if not peak:
+            rep.details["roofline"] = "no peak measurement"
+            return
+        shape = bundle.meta["shapes"][t["shape_index"]]
+        dtype = shape["outputs"][0]["dtype"] if shape.get("outputs") else "float32"
+        flops, moved = perf.op_costs(bundle.op, shape.get("dims", {}), dtype)
+        b = perf.bounds(shape, peak, flops, moved, dtype)
+        rep.roofline_fraction = perf.roofline_fraction(c_ms * 1e-3, b)
+        rep.details["speed_of_light_ms"] = b["sol_s"] * 1e3 if b["sol_s"] else None
+        if b["sol_s"] and c_ms * 1e-3 < self.options.sol_margin * b["sol_s"]:
+            out.fail("timing", f"impossible time {c_ms:.4g} ms: below {self.options.sol_margin} x "
+                               f"the speed-of-light bound {b['sol_s'] * 1e3:.4g} ms "
+                               "(timer evasion)")
+
+
+def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> VerifyReport:
+    """Verify one solution against one problem. Never raises for a bad candidate."""
+    session = Session(options)
+    try:
+        return session.verify(problem_src, solution_src)
+    finally:
+        session.close()
+
+
+def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
+                workers: int = 4) -> list[VerifyReport]:
+    """Verify (problem, solution) pairs: candidates run in parallel sandboxed processes,
+    references are built once per problem, and timed runs hold one GPU lock."""
+    items = list(pairs)
+    session = Session(options)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            return list(pool.map(lambda p: session.verify(*p), items))
+    finally:
+        session.close()
+

@@ -1,0 +1,297 @@
+"""Sandboxed candidate harness: copied into the candidate's private dir and run there.
+
+It reads its job (one JSON line) from stdin, captures the real torch/triton
+functions, installs the launch counter and the aten tracer, and only THEN
+imports the solution. It writes outputs (torch.save) and a report for the
+trusted parent. Nothing it writes decides a pass on its own: the parent
+recomputes the verdict from the tensors; the report can only add rejections.
+Standalone: the repo is not visible here, so it imports only torch/triton.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import threading
+import traceback
+
+JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+_load, _save, _equal = torch.load, torch.save, torch.equal
+_threads = threading.active_count
+_ALLOWED = frozenset(JOB["allowed_aten"])
+_POISONED = frozenset(JOB["poisoned_aten"])
+_INT_POISON = int(JOB["int_poison"])
+DEVICE = JOB["device"]
+REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": []}
+
+
+class _State:
+    suspended = 0
+    launches = 0
+    violations: list[str] = []
+
+
+def _poison(t: object) -> None:
+    if type(t) is not torch.Tensor or t.numel() == 0:
+        return
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        info = torch.iinfo(t.dtype)
+        t.fill_(max(info.min, min(info.max, _INT_POISON)) if info.min < 0 else 0xA5)
+
+
+class Tracer(TorchDispatchMode):
+    """Records aten ops run inside forward (outside Triton launches); poisons fresh allocations."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if _State.suspended:
+            return func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name not in _ALLOWED:
+            _State.violations.append(str(func))
+        out = func(*args, **kwargs)
+        if name in _POISONED:
+            _poison(out)
+        return out
+
+
+def _wrap_launch(cls: type) -> None:
+    real = cls.run
+
+    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not kwargs.get("warmup", False):
+            _State.launches += 1
+        _State.suspended += 1  # the CPU interpreter itself runs torch ops
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            _State.suspended -= 1
+
+    cls.run = run
+    REPORT.setdefault("_wrapped", []).append(f"{cls.__module__}.{cls.__name__}")
+    _WRAPPED.append((cls, run))
+
+
+_WRAPPED: list[tuple[type, object]] = []
+
+
+def _install_launch_counter() -> None:
+    from triton.runtime import jit as _jit
+
+    _wrap_launch(_jit.JITFunction)
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return
+    _wrap_launch(InterpretedFunction)
+
+
+def _import_solution() -> object:
+    path = os.path.join(JOB["work"], "solution.py")
+    spec = importlib.util.spec_from_file_location("kz_solution", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["kz_solution"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _to_device(x: object) -> object:
+    return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).contiguous().view(torch.uint8) if t.numel() else t
+
+
+def _unchanged(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                and _equal(_bits(a), _bits(b)))
+    return a == b
+
+
+def _flatten(out: object) -> list[object] | None:
+    if type(out) is torch.Tensor:
+        return [out]
+    if type(out) in (tuple, list):
+        return list(out)
+    return None
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+def _output_problems(outs: list[object], inputs: list[object], params: list[object]) -> list[str]:
+    bad = []
+    for i, o in enumerate(outs):
+        if type(o) is not torch.Tensor:
+            bad.append(f"output {i} is {type(o).__name__}, not a plain torch.Tensor")
+            continue
+        lo, hi = _storage_span(o)
+        for j, x in enumerate(inputs + params):
+            if isinstance(x, torch.Tensor) and x.numel() and o.numel():
+                xlo, xhi = _storage_span(x)
+                if lo < xhi and xlo < hi:
+                    what = f"input {j}" if j < len(inputs) else "a model parameter"
+                    bad.append(f"output {i} aliases {what} (shared storage)")
+    return bad
+
+
+def _run_call(model: torch.nn.Module, call: dict, index: int) -> None:
+    inputs = [_to_device(x) for x in _load(os.path.join(JOB["inputs"], call["file"]),
+                                           weights_only=True)]
+    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    if DEVICE == "cuda":
+        _poison_cuda()
+    threads0 = _threads()
+    _State.launches, _State.violations = 0, []
+    rec: dict = {"index": index, "errors": []}
+    tracer = Tracer()
+    try:
+        with torch.no_grad(), tracer:
+            out = model(*inputs)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+    except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
+        rec["errors"].append(["runtime", f"forward raised {type(exc).__name__}: {str(exc)[:300]}"])
+        out = None
+    rec["launches"], rec["aten_violations"] = _State.launches, sorted(set(_State.violations))[:20]
+    if _threads() != threads0:
+        rec["errors"].append(["runtime", "forward started threads (thread compute outside the "
+                                          "traced thread)"])
+    changed = [i for i, (a, b) in enumerate(zip(inputs, before)) if not _unchanged(a, b)]
+    if changed:
+        rec["errors"].append(["runtime", f"forward modified its inputs {changed} (input mutation)"])
+    outs = _flatten(out) if out is not None else None
+    if out is not None and outs is None:
+        rec["errors"].append(["output", f"forward returned {type(out).__name__}, expected tensor(s)"])
+    if outs is not None:
+        rec["errors"].extend(["output", p] for p in _output_problems(outs, inputs,
+                                                                     list(model.parameters())))
+        tensors = [o if type(o) is torch.Tensor else None for o in outs]
+        _save({"outputs": tensors, "inputs_after": inputs},
+              os.path.join(JOB["work"], "out", f"call_{index}.pt"))
+    REPORT["calls"].append(rec)
+
+
+def _poison_cuda() -> None:
+    from kz_timing import poison_allocator
+
+    poison_allocator()
+
+
+def _build_model(mod: object, shape: dict) -> torch.nn.Module:
+    init = _load(os.path.join(JOB["inputs"], shape["init_file"]), weights_only=True)
+    torch.manual_seed(shape["init_seed"])
+    model = mod.ModelNew(*init)  # type: ignore[attr-defined]
+    if shape.get("state_file"):
+        state = _load(os.path.join(JOB["inputs"], shape["state_file"]), weights_only=True)
+        own = model.state_dict()
+        if own and set(own) == set(state):
+            model.load_state_dict(state)
+    return model.to(DEVICE)
+
+
+def _integrity() -> list[str]:
+    problems = []
+    for cls, wrapper in _WRAPPED:
+        if cls.run is not wrapper:
+            problems.append(f"{cls.__name__}.run was replaced (launch counter tampering)")
+    if torch.load is not _load or torch.save is not _save or torch.equal is not _equal:
+        problems.append("torch.load/save/equal were replaced (harness tampering)")
+    if DEVICE == "cuda" and (torch.cuda.Event.elapsed_time is not TIMER.elapsed
+                             or torch.cuda.Event.record is not TIMER.record
+                             or torch.cuda.synchronize is not TIMER.sync):
+        problems.append("torch.cuda.Event/synchronize were replaced (timer tampering)")
+    return problems
+
+
+def _timing(models: dict[int, torch.nn.Module]) -> None:
+    spec = JOB["timing"]
+    model = models[spec["shape_index"]]
+    sets = [[_to_device(x) for x in _load(os.path.join(JOB["inputs"], f), weights_only=True)]
+            for f in spec["files"]]
+    fns = [lambda s=s: model(*s) for s in sets]
+    print("KZ-READY", flush=True)  # the parent takes the GPU lock, then says go
+    if sys.stdin.readline().strip() != "GO":
+        return
+    with torch.no_grad():
+        stats = TIMER.time(fns, warmup=spec["warmup"], runs=spec["runs"])
+    last = stats.pop("last_outputs")
+    REPORT["timing"] = stats
+    for k, out in enumerate(last):
+        outs = _flatten(out)
+        tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
+        _save({"outputs": tensors, "inputs_after": sets[k]},
+              os.path.join(JOB["work"], "out", f"timed_{k}.pt"))
+
+
+def _write_report() -> None:
+    REPORT.pop("_wrapped", None)
+    path = os.path.join(JOB["work"], "out", "report.json")
+    with open(path, "w") as f:
+        json.dump(REPORT, f)
+
+
+def main() -> None:
+    global TIMER
+    sys.path.insert(0, JOB["work"])
+    os.makedirs(os.path.join(JOB["work"], "out"), exist_ok=True)
+    if DEVICE == "cuda":
+        from kz_timing import Timer
+
+        TIMER = Timer(JOB["timing"]["flush_bytes"]) if JOB.get("timing") else Timer(1 << 20)
+    _install_launch_counter()
+    try:
+        mod = _import_solution()
+    except BaseException as exc:  # noqa: BLE001
+        REPORT["errors"].append(["import", f"import failed: {type(exc).__name__}: {str(exc)[:300]}"])
+        REPORT["stage"] = "import"
+        _write_report()
+        return
+    models: dict[int, torch.nn.Module] = {}
+    for call_index, call in enumerate(JOB["calls"]):
+        s = call["shape_index"]
+        try:
+            if s not in models:
+                models[s] = _build_model(mod, JOB["shapes"][s])
+        except BaseException as exc:  # noqa: BLE001
+            REPORT["errors"].append(["import", f"ModelNew construction failed: "
+                                    f"{type(exc).__name__}: {str(exc)[:300]}"])
+            break
+        _run_call(models[s], call, call_index)
+        _write_report()  # incremental: a later crash keeps what was learnt
+    REPORT["integrity"] = _integrity()
+    clean = not REPORT["errors"] and not REPORT["integrity"] and all(
+        not c["errors"] and not c["aten_violations"] and c["launches"] for c in REPORT["calls"])
+    if JOB.get("timing") and clean and JOB["timing"]["shape_index"] in models:
+        try:
+            _timing(models)
+        except BaseException as exc:  # noqa: BLE001
+            REPORT["errors"].append(["timing", f"timing failed: {type(exc).__name__}: {str(exc)[:300]}"])
+        REPORT["integrity"] = _integrity()
+    _write_report()
+
+
+TIMER = None
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:  # noqa: BLE001
+        REPORT["errors"].append(["runtime", "harness crashed: " + traceback.format_exc()[-500:]])
+        _write_report()
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: candidate atexit hooks / __del__ cannot run

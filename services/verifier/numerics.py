@@ -1,0 +1,88 @@
+"""Output comparison and the trivial-solution gate (torch only: also copied into sandboxes).
+
+Non-finite policy: a candidate NaN/Inf passes only where the reference has the
+very same non-finite value at the very same position (NaN<->NaN, +inf<->+inf);
+everything finite is compared with allclose(atol, rtol) AND a relative error
+norm ||out - ref|| / ||ref|| < rel_norm (||ref|| floored at atol*sqrt(n), so
+near-zero outputs are judged on an absolute scale).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tol:
+    atol: float
+    rtol: float
+    rel_norm: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_rel_error: float
+    reason: str | None = None
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tol) -> Comparison:
+    """Whether `out` matches `ref` (same shape/dtype assumed checked) within `tol`."""
+    if out.shape != ref.shape:
+        return Comparison(False, math.inf, f"shape {tuple(out.shape)} != {tuple(ref.shape)}")
+    if not (ref.is_floating_point() or ref.is_complex()):
+        same = torch.equal(out, ref)
+        return Comparison(same, 0.0 if same else math.inf, None if same else "integer mismatch")
+    o, r = out.detach().double().reshape(-1), ref.detach().double().reshape(-1)
+    o_fin, r_fin = torch.isfinite(o), torch.isfinite(r)
+    if o.numel() and not bool(o_fin.any()) and bool(r_fin.any()):
+        return Comparison(False, math.inf, "output entirely NaN/Inf: never written "
+                          "(uninitialised/stale memory read, nan output)")
+    bad_nf = int((~o_fin & r_fin).sum())
+    if bad_nf:
+        return Comparison(False, math.inf, f"output has NaN/Inf at {bad_nf} positions where the "
+                          "reference is finite (nan output)")
+    nf = ~r_fin
+    if bool(nf.any()):
+        same_nan = torch.equal(torch.isnan(o[nf]), torch.isnan(r[nf]))
+        inf_pos = nf & ~torch.isnan(r)
+        if not same_nan or not torch.equal(o[inf_pos], r[inf_pos]):
+            return Comparison(False, math.inf, "non-finite values differ from the reference")
+    o, r = o[r_fin], r[r_fin]
+    if o.numel() == 0:
+        return Comparison(True, 0.0)
+    diff = (o - r).abs()
+    max_rel = float((diff / r.abs().clamp_min(tol.atol)).max())
+    n_bad = int((diff > tol.atol + tol.rtol * r.abs()).sum())
+    norm_r = max(float(torch.linalg.vector_norm(r)), tol.atol * math.sqrt(r.numel()))
+    rel_norm = float(torch.linalg.vector_norm(o - r)) / norm_r
+    if n_bad:
+        return Comparison(False, max_rel, f"{n_bad}/{r.numel()} elements outside atol={tol.atol} "
+                          f"rtol={tol.rtol} (max abs err {float(diff.max()):.3g})")
+    if rel_norm >= tol.rel_norm:
+        return Comparison(False, max_rel, f"relative error norm {rel_norm:.3g} >= {tol.rel_norm}")
+    return Comparison(True, max_rel)
+
+
+def trivial_matches(ref: torch.Tensor, inputs: list[object], tol: Tol) -> list[str]:
+    """Which trivial outputs (zeros, constant, identity) would pass for this reference."""
+    hits = []
+    if compare(torch.zeros_like(ref), ref, tol).ok:
+        hits.append("zeros")
+    if ref.is_floating_point() and ref.numel():
+        finite = ref[torch.isfinite(ref)]
+        mean = float(finite.double().mean()) if finite.numel() else 0.0
+        if compare(torch.full_like(ref, mean), ref, tol).ok:
+            hits.append("constant")
+    for i, x in enumerate(inputs):
+        if (isinstance(x, torch.Tensor) and x.shape == ref.shape and x.dtype == ref.dtype
+                and compare(x, ref, tol).ok):
+            hits.append(f"identity(input {i})")
+    return hits
+
+
+def is_contiguous_or_same(out: torch.Tensor, ref: torch.Tensor) -> bool:
+    return out.is_contiguous() or tuple(out.stride()) == tuple(ref.stride())

@@ -1,0 +1,58 @@
+"""Verifier options and version."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Literal
+
+from services.verifier.policy import DEFAULT_POLICY, POLICIES
+
+# Bump whenever a rule changes: verdicts of different versions are not comparable.
+VERIFIER_VERSION = "1.0.0"
+
+
+def _default_cache() -> str:
+    return os.environ.get("KZ_VERIFIER_CACHE",
+                          os.path.join(tempfile.gettempdir(), "kz-verifier-cache"))
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """How to verify. Defaults are production settings; tests shrink timeouts and shapes."""
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    trials: int = 3  # per shape, each with fresh os.urandom seeds
+    max_shapes: int = 3  # of KZ_SHAPES (spread over the list)
+    wall_timeout_s: float = 300.0  # candidate correctness phase (import, compile, trials)
+    timing_timeout_s: float = 120.0  # candidate timing phase, once it holds the GPU lock
+    reference_timeout_s: float = 300.0
+    cpu_seconds: int = 600  # RLIMIT_CPU of each sandboxed process
+    memory_limit_mb: int = 16384  # RLIMIT_AS on CPU; cgroup memory.max where available
+    nproc: int = 512  # RLIMIT_NPROC / pids.max (threads count too)
+    fsize_mb: int = 2048  # RLIMIT_FSIZE: largest file a candidate may write
+    n_timing_runs: int = 50  # median of this many (randomly up to +25%) runs
+    warmup: int = 3
+    flush_mb: int = 256  # L2 flush buffer (>= 2x L2)
+    sol_margin: float = 0.75  # reject times below margin * speed-of-light bound
+    policy: str = DEFAULT_POLICY
+    isolation: str = "auto"  # or a mode from sandbox.MODES
+    cache_dir: str = ""  # empty: $KZ_VERIFIER_CACHE or <tmp>/kz-verifier-cache
+    tmp_dir: str = ""  # where private dirs live (empty: system temp)
+    max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
+    keep_artifacts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.trials < 3:
+            raise ValueError("trials must be >= 3")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; known: {POLICIES}")
+        if self.warmup < 2 or self.n_timing_runs < 5:
+            raise ValueError("need warmup >= 2 and n_timing_runs >= 5")
+
+    @property
+    def cache(self) -> str:
+        return self.cache_dir or _default_cache()

@@ -1,0 +1,132 @@
+"""Roofline, speed-of-light sanity bound, peak cache, GPU lock and environment fingerprint."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import platform
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.verifier.options import VERIFIER_VERSION
+
+_PROCESS_GPU_LOCK = threading.Lock()
+
+
+@contextmanager
+def gpu_lock(cache_dir: str) -> Iterator[None]:
+    """One timed run at a time on this host: a thread lock plus an flock across processes."""
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    with _PROCESS_GPU_LOCK, open(Path(cache_dir) / "gpu.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def peak_path(cache_dir: str, device_name: str) -> Path:
+    return Path(cache_dir) / f"peak-{re.sub(r'[^A-Za-z0-9]+', '_', device_name)}.json"
+
+
+def load_peak(cache_dir: str, device_name: str | None) -> dict[str, Any] | None:
+    if not device_name:
+        return None
+    try:
+        return json.loads(peak_path(cache_dir, device_name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_peak(cache_dir: str, peak: dict[str, Any]) -> None:
+    p = peak_path(cache_dir, str(peak.get("device_name", "gpu")))
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(peak))
+    os.replace(tmp, p)
+
+
+def op_costs(op: str | None, dims: dict[str, int], dtype: str) -> tuple[float | None,
+                                                                         float | None]:
+    """(flops, bytes_moved) from the op catalogue when it offers them, else (None, None)."""
+    if not op:
+        return None, None
+    try:
+        from kz_common import ops
+
+        spec = ops.get_op(op)  # type: ignore[attr-defined]
+        dt = getattr(torch, dtype, dtype)
+        return float(spec.flops(dims)), float(spec.bytes_moved(dims, dt))
+    except Exception:  # noqa: BLE001 - the catalogue is optional and still being written
+        return None, None
+
+
+def bounds(shape_meta: dict[str, Any], peak: dict[str, Any], flops: float | None,
+           bytes_moved: float | None, dtype: str) -> dict[str, float | None]:
+    """Speed-of-light time (s) and the rates a time must be judged against."""
+    bw = float(peak.get("copy_bytes_per_s") or 0) or None
+    fl = float(peak.get("flops", {}).get(dtype) or 0) or None
+    # Inputs must be read from HBM after the L2 flush; outputs may still sit in L2.
+    min_bytes = float(shape_meta.get("input_bytes") or 0)
+    t_bw = min_bytes / bw if bw else 0.0
+    t_fl = flops / fl if flops and fl else 0.0
+    moved = bytes_moved if bytes_moved else min_bytes + float(shape_meta.get("output_bytes", 0))
+    return {"sol_s": max(t_bw, t_fl), "bw": bw, "flops_peak": fl, "bytes": moved,
+            "flops": flops}
+
+
+def roofline_fraction(t_s: float, b: dict[str, float | None]) -> float | None:
+    fracs = []
+    if b["bw"] and b["bytes"]:
+        fracs.append(b["bytes"] / t_s / b["bw"])
+    if b["flops_peak"] and b["flops"]:
+        fracs.append(b["flops"] / t_s / b["flops_peak"])
+    return max(fracs) if fracs else None
+
+
+def fingerprint(device: str, device_name: str | None, isolation: str) -> dict[str, str]:
+    fp = {"torch": torch.__version__, "python": platform.python_version(),
+          "platform": platform.platform(), "verifier": VERIFIER_VERSION, "device": device,
+          "isolation": isolation, "executable": sys.executable}
+    try:
+        import triton
+
+        fp["triton"] = triton.__version__
+    except ImportError:
+        fp["triton"] = "missing"
+    if device == "cuda":
+        fp["gpu"] = device_name or "unknown"
+        fp["cuda_runtime"] = str(torch.version.cuda)
+        fp["driver"] = _driver_version()
+    for k in sorted(os.environ):
+        if k.startswith(("TRITON_", "CUDA_", "KZ_VERIFIER", "NVIDIA_", "TORCH_")):
+            fp[f"env.{k}"] = os.environ[k]
+    return fp
+
+
+def gpu_name_hint() -> str | None:
+    """GPU model from the driver's procfs (no CUDA context needed), as torch names it."""
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            m = re.search(r"Model:\s+(.+)", info.read_text())
+        except OSError:
+            continue
+        if m:
+            return m.group(1).strip()
+    return None
+
+
+def _driver_version() -> str:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        m = re.search(r"Kernel Module\s+(\S+)", text) or re.search(r"(\d+\.\d+(\.\d+)?)", text)
+        return m.group(1) if m else text.splitlines()[0][:80]
+    except OSError:
+        return "unknown"

@@ -1,0 +1,163 @@
+"""Reference bundles: inputs (for candidates) and reference outputs (parent memory only)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.verifier import policy as P
+from services.verifier import sandbox
+from services.verifier import sandbox_mounts as M
+from services.verifier import workspace as W
+from services.verifier.exceptions import ProblemError
+from services.verifier.numerics import Tol
+from services.verifier.options import VerifyOptions
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class ReferenceBundle:
+    """One problem's trial data, shared by every candidate verified against it."""
+
+    key: str
+    inputs_dir: Path
+    meta: dict[str, Any]
+    refs: list[list[torch.Tensor]]  # per trial index (meta["trials"] order)
+    inputs: list[list[Any]]  # the parent's own copy of every trial's inputs
+    tolerances: dict[str, Tol]
+    isolation: str
+    family: str | None = None
+    op: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def tol_for(self, dtype: torch.dtype) -> Tol | None:
+        return self.tolerances.get(str(dtype).replace("torch.", ""))
+
+
+def problem_key(problem_src: str, options: VerifyOptions) -> str:
+    h = hashlib.sha256(problem_src.encode())
+    h.update(f"{options.device}|{options.trials}|{options.max_shapes}".encode())
+    return h.hexdigest()[:24]
+
+
+def literal_meta(problem_src: str) -> dict[str, Any]:
+    """KZ_META read statically (problems are trusted but must parse); {} when absent."""
+    try:
+        tree = ast.parse(problem_src)
+    except SyntaxError as exc:
+        raise ProblemError(f"problem source does not parse: line {exc.lineno}: {exc.msg}") from exc
+    names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+             if isinstance(t, ast.Name)} | {n.name for n in tree.body
+                                            if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    missing = {"Model", "get_inputs"} - names
+    if missing:
+        raise ProblemError(f"problem source lacks {sorted(missing)}")
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "KZ_META"
+                                             for t in n.targets):
+            try:
+                value = ast.literal_eval(n.value)
+                return value if isinstance(value, dict) else {}
+            except ValueError:
+                return {}
+    return {}
+
+
+def tolerance_table(family: str | None) -> dict[str, Tol]:
+    from kz_common.ops.tolerances import tolerance_for
+
+    out = {}
+    for name, dt in _DTYPES.items():
+        t = tolerance_for(dt, family)
+        out[name] = Tol(t.atol, t.rtol, t.rel_norm)
+    return out
+
+
+def _seed() -> int:
+    return int.from_bytes(os.urandom(8), "little") >> 2  # fresh and unpredictable per trial
+
+
+def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
+          timing: bool, measure_peak: bool, gate: sandbox.Gate | None) -> ReferenceBundle:
+    """Run the reference worker for `problem_src`; raise ProblemError if it is unusable."""
+    meta_lit = literal_meta(problem_src)
+    family = meta_lit.get("family") if isinstance(meta_lit.get("family"), str) else None
+    tols = tolerance_table(family)
+    work, cache = W.new_dir(base, "ref"), Path(options.cache) / "reference"
+    cache.mkdir(parents=True, exist_ok=True)
+    empty = W.new_dir(base, "noinputs")
+    W.populate(work, {"reference_worker.py": W.PKG / "reference_worker.py",
+                      "kz_numerics.py": W.PKG / "numerics.py", "kz_timing.py": W.PKG / "timing.py",
+                      "problem.py": problem_src})
+    view = M.View(str(work), str(empty), str(cache), options.device)
+    inside = sandbox.inside_view(mode, view)
+    job = {"device": options.device, "work": inside.work, "nonce": uuid.uuid4().hex,
+           "trials": options.trials, "max_shapes": options.max_shapes,
+           "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
+           "tolerances": {k: [t.atol, t.rtol, t.rel_norm] for k, t in tols.items()},
+           "max_redraws": options.max_redraws, "measure_peak": measure_peak,
+           "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
+           "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
+                      "flush_bytes": options.flush_mb << 20} if timing else None}
+    limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
+                            options.memory_limit_mb << 20, options.nproc,
+                            options.fsize_mb << 20, options.timing_timeout_s)
+    argv = [sys.executable, "-I", "-B", "-u", f"{inside.work}/reference_worker.py"]
+    env = W.env_for(options.device, inside, interpret=False)
+    res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(), base,
+                      on_ready=gate if timing else None)
+    try:
+        return _collect(work, job, res, tols, family, meta_lit, base, options)
+    finally:
+        if not options.keep_artifacts:
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(empty, ignore_errors=True)
+
+
+def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol],
+             family: str | None, meta_lit: dict, base: Path,
+             options: VerifyOptions) -> ReferenceBundle:
+    meta = W.load_json(work / "meta.json", 64 << 20)
+    if meta is None or meta.get("nonce") != job["nonce"]:
+        raise ProblemError(f"reference worker produced no result: {res.describe()}; "
+                           f"stderr: {res.stderr_tail[-800:]}")
+    if meta["errors"]:
+        raise ProblemError("problem failed to run: " + meta["errors"][0][-800:])
+    if meta["non_discriminating"]:
+        raise ProblemError("non-discriminating problem: " + "; ".join(meta["non_discriminating"]))
+    cap = options.fsize_mb << 20
+    refs, inputs = [], []
+    for t in meta["trials"]:
+        r = W.load_tensors(work / "ref" / f"ref_{t['shape_index']}_{t['trial']}.pt", cap)
+        x = W.load_tensors(work / "inputs" / t["file"], cap)
+        if not isinstance(r, list) or not isinstance(x, list):
+            raise ProblemError(f"reference outputs for trial {t} could not be read back")
+        refs.append(r)
+        inputs.append(x)
+    for r in refs:
+        for o in r:
+            if str(o.dtype).replace("torch.", "") not in tols and o.is_floating_point():
+                raise ProblemError(f"no tolerance for output dtype {o.dtype}")
+    inputs_dir = W.new_dir(base, "inputs")
+    for f in (work / "inputs").iterdir():
+        shutil.move(str(f), inputs_dir / f.name)
+    W.make_readable(inputs_dir)
+    m = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta_lit
+    return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs, inputs=inputs,
+                           tolerances=tols, isolation=res.isolation, family=family,
+                           op=m.get("op") if isinstance(m, dict) else None)
+
+
+ALLOWED_ATEN = sorted(P.ALLOWED_ATEN_OPS)
+POISONED_ATEN = sorted(P.POISONED_ATEN_OPS)

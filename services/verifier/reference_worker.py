@@ -1,0 +1,219 @@
+"""Reference worker: runs the PROBLEM (never a candidate) in its own sandboxed process.
+
+It draws inputs from the parent's fresh seeds, computes the same-dtype reference
+outputs with Model, applies the trivial-solution gate, times Model/ModelOpt on
+CUDA, and writes everything to its private work dir. The parent moves the inputs
+to a read-only dir candidates see and keeps the references in its own memory.
+Standalone (torch only): kz_numerics/kz_timing are copied next to it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import sys
+import traceback
+
+JOB = json.loads(sys.stdin.readline())
+sys.path.insert(0, JOB["work"])
+
+import torch  # noqa: E402
+from kz_numerics import Tol, compare, trivial_matches  # noqa: E402
+
+DEVICE = JOB["device"]
+META: dict = {"nonce": JOB["nonce"], "shapes": [], "trials": [], "errors": [],
+              "non_discriminating": []}
+_SEEDS = iter(JOB["seeds"])
+
+
+def _load_problem() -> object:
+    spec = importlib.util.spec_from_file_location("kz_problem", os.path.join(JOB["work"],
+                                                                             "problem.py"))
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    mod.KZ_DEVICE = DEVICE  # type: ignore[attr-defined]
+    spec.loader.exec_module(mod)
+    mod.KZ_DEVICE = DEVICE  # type: ignore[attr-defined]
+    return mod
+
+
+def _select_shapes(mod: object) -> list[dict]:
+    shapes = list(getattr(mod, "KZ_SHAPES", None) or [{}])
+    k = JOB["max_shapes"]
+    if len(shapes) <= k:
+        return shapes
+    idx = sorted({round(i * (len(shapes) - 1) / (k - 1)) for i in range(k)})
+    return [shapes[i] for i in idx]
+
+
+def _dims(mod: object) -> dict[str, int]:
+    return {k: v for k, v in vars(mod).items()
+            if type(v) is int and not k.startswith("_") and k.isidentifier()}
+
+
+def _flatten(out: object) -> list[torch.Tensor]:
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)  # type: ignore[call-overload]
+    if not all(isinstance(o, torch.Tensor) for o in outs):
+        raise TypeError("Model.forward must return a tensor or a tuple of tensors")
+    return outs
+
+
+def _scaled(inputs: list[object], exp: int) -> list[object]:
+    # Powers of two keep every float exactly representable (barring overflow).
+    return [x * (2.0 ** exp) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs]
+
+
+def _tol(t: torch.Tensor) -> Tol:
+    a, r, n = JOB["tolerances"].get(str(t.dtype).replace("torch.", ""), (0, 0, 0))
+    return Tol(a, r, n)
+
+
+def _draw(mod: object, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
+    seed = next(_SEEDS)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    inputs = _scaled(inputs, exp) if JOB["scale_inputs"] else inputs
+    with torch.no_grad():
+        refs = _flatten(model(*[_dev(x) for x in inputs]))
+    return seed, inputs, [r.detach().cpu().clone() for r in refs]
+
+
+def _dev(x: object) -> object:
+    return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
+def _trial(mod: object, model: torch.nn.Module, s: int, t: int) -> None:
+    rng = random.Random(JOB["seeds"][0] + 31 * s + t)
+    exp = [0, rng.choice([1, 2]), -rng.choice([1, 2])][t] if t < 3 else rng.randint(-2, 2)
+    hits: list[str] = []
+    for attempt in range(JOB["max_redraws"] + 1):
+        seed, inputs, refs = _draw(mod, model, exp)
+        if not all(bool(torch.isfinite(r).all()) for r in refs if r.is_floating_point()):
+            seed, inputs, refs = _draw(mod, model, 0)  # our scaling overflowed: redraw unscaled
+        hits = [", ".join(h) for r in refs if (h := trivial_matches(r, inputs, _tol(r)))]
+        if len(hits) < len(refs):
+            break
+        exp += 2  # non-discriminating: redraw with larger magnitudes
+    name = f"in_{s}_{t}.pt"
+    torch.save(inputs, os.path.join(JOB["work"], "inputs", name))
+    torch.save(refs, os.path.join(JOB["work"], "ref", f"ref_{s}_{t}.pt"))
+    if len(hits) == len(refs):
+        META["non_discriminating"].append(f"shape {s} trial {t}: trivial outputs pass ({hits})")
+    META["trials"].append({"shape_index": s, "trial": t, "seed": seed, "scale_exp": exp,
+                           "file": name, "redraws": attempt, "trivial": hits})
+    if t == 0:
+        META["shapes"][s]["outputs"] = [{"dtype": str(r.dtype).replace("torch.", ""),
+                                         "shape": list(r.shape), "stride": list(r.stride())}
+                                        for r in refs]
+        META["shapes"][s]["input_bytes"] = sum(x.numel() * x.element_size() for x in inputs
+                                               if isinstance(x, torch.Tensor))
+        META["shapes"][s]["output_bytes"] = sum(r.numel() * r.element_size() for r in refs)
+
+
+def _build(mod: object, cls_name: str, init: list, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return getattr(mod, cls_name)(*init).to(DEVICE)
+
+
+def _shape(mod: object, s: int, overrides: dict) -> torch.nn.Module:
+    for k, v in overrides.items():
+        setattr(mod, k, v)
+    init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+    init_seed = next(_SEEDS)
+    model = _build(mod, "Model", init, init_seed).eval()
+    torch.save(init, os.path.join(JOB["work"], "inputs", f"init_{s}.pt"))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    state_file = f"state_{s}.pt" if state else None
+    if state_file:
+        torch.save(state, os.path.join(JOB["work"], "inputs", state_file))
+    META["shapes"].append({"overrides": overrides, "dims": _dims(mod), "init_file": f"init_{s}.pt",
+                           "init_seed": init_seed, "state_file": state_file})
+    return model
+
+
+def _baselines(mod: object, s: int, model: torch.nn.Module) -> dict:
+    opt = None
+    if hasattr(mod, "ModelOpt"):
+        init = torch.load(os.path.join(JOB["work"], "inputs", f"init_{s}.pt"), weights_only=True)
+        opt = _build(mod, "ModelOpt", init, META["shapes"][s]["init_seed"]).eval()
+        if model.state_dict():
+            opt.load_state_dict(model.state_dict(), strict=False)
+    return {"naive": model, "optimized": opt}
+
+
+def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
+    from kz_timing import Timer
+
+    spec = JOB["timing"]
+    s = max(range(len(META["shapes"])), key=lambda i: META["shapes"][i].get("input_bytes", 0))
+    trials = [i for i, t in enumerate(META["trials"]) if t["shape_index"] == s]
+    sets = [[_dev(x) for x in torch.load(os.path.join(JOB["work"], "inputs",
+                                                      META["trials"][i]["file"]),
+                                         weights_only=True)] for i in trials]
+    for k, v in META["shapes"][s]["overrides"].items():
+        setattr(mod, k, v)
+    baselines = _baselines(mod, s, models[s])
+    timer = Timer(spec["flush_bytes"])
+    print("KZ-READY", flush=True)
+    if sys.stdin.readline().strip() != "GO":
+        return
+    out = {"shape_index": s, "files": [META["trials"][i]["file"] for i in trials],
+           "trial_indices": trials}
+    with torch.no_grad():
+        for name, m in baselines.items():
+            if m is not None:
+                fns = [lambda m=m, x=x: m(*x) for x in sets]
+                stats = timer.time(fns, warmup=spec["warmup"], runs=spec["runs"])
+                stats.pop("last_outputs")
+                out[name] = stats
+        if JOB.get("measure_peak"):
+            META["peak"] = _peak(timer)
+    META["timing"] = out
+
+
+def _peak(timer: object) -> dict:
+    """Measured copy bandwidth (bytes/s, read+write) and matmul FLOP/s per float dtype."""
+    a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    st = timer.time([lambda: b.copy_(a)], warmup=3, runs=20)  # type: ignore[attr-defined]
+    peak = {"copy_bytes_per_s": 2 * a.numel() * 4 / (st["median_ms"] * 1e-3), "flops": {}}
+    del a, b
+    n = 4096
+    for dt in (torch.float16, torch.bfloat16, torch.float32):
+        x, y = torch.randn(n, n, device="cuda", dtype=dt), torch.randn(n, n, device="cuda", dtype=dt)
+        st = timer.time([lambda x=x, y=y: x @ y], warmup=3, runs=10)  # type: ignore[attr-defined]
+        peak["flops"][str(dt).replace("torch.", "")] = 2 * n ** 3 / (st["median_ms"] * 1e-3)
+    peak["device_name"] = torch.cuda.get_device_name()
+    return peak
+
+
+def main() -> None:
+    os.makedirs(os.path.join(JOB["work"], "inputs"), exist_ok=True)
+    os.makedirs(os.path.join(JOB["work"], "ref"), exist_ok=True)
+    mod = _load_problem()
+    META["meta"] = getattr(mod, "KZ_META", None)
+    META["has_opt"] = hasattr(mod, "ModelOpt")
+    if DEVICE == "cuda":
+        META["device_name"] = torch.cuda.get_device_name()
+    models = {}
+    for s, overrides in enumerate(_select_shapes(mod)):
+        models[s] = _shape(mod, s, dict(overrides))
+        for t in range(JOB["trials"]):
+            _trial(mod, models[s], s, t)
+    if JOB.get("timing"):
+        _timing(mod, models)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:  # noqa: BLE001
+        META["errors"].append(traceback.format_exc()[-1500:])
+    with open(os.path.join(JOB["work"], "meta.json"), "w") as f:
+        json.dump(META, f, default=str)
+    sys.stdout.flush()
+    os._exit(0)

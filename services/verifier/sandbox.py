@@ -1,0 +1,347 @@
+"""Run one untrusted process, isolated as strongly as this host allows.
+
+Chain (strongest first): bwrap+uid -> unshare+uid -> uid+rlimits -> rlimits.
+The uid drop always comes first (root inside a user namespace still reads
+root's files); rlimits are set by prlimit before the drop so RLIMIT_NPROC binds
+afterwards; each concurrent slot gets its own uid so candidates cannot signal
+or count against each other. Teardown kills the process group, the cgroup and
+every process of the slot's uid. Nothing here interprets the child's output
+beyond the one readiness line used for sequencing the GPU lock.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from services.verifier import cgroups
+from services.verifier import sandbox_mounts as M
+from services.verifier.exceptions import SandboxError
+
+MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
+READY = "KZ-READY"
+UID_BASE = 61000
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float
+    cpu_s: int
+    memory_bytes: int | None  # RLIMIT_AS on CPU; cgroup memory.max where available
+    nproc: int = 256
+    fsize_bytes: int = 1 << 30
+    timing_wall_s: float = 120.0
+
+
+@dataclass
+class RunResult:
+    """What happened to the process; never used to decide a pass."""
+
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    stdout_tail: str
+    stderr_tail: str
+    isolation: str
+    ready_seen: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.wall_s:.1f}s (hang or runaway compute)"
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else -rc
+            hint = {"SIGKILL": " (memory/CPU limit or sandbox kill)", "SIGXCPU": " (CPU limit)",
+                    "SIGSEGV": " (segfault)", "SIGABRT": " (abort)"}.get(str(name), "")
+            return f"process killed by {name}{hint}"
+        return f"process exited with code {rc}"
+
+
+class UidPool:
+    """Distinct unprivileged uids for concurrent slots."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._free = list(range(UID_BASE, UID_BASE + size))
+        self._cv = threading.Condition()
+
+    def acquire(self) -> int:
+        with self._cv:
+            while not self._free:
+                self._cv.wait()
+            return self._free.pop(0)
+
+    def release(self, uid: int) -> None:
+        with self._cv:
+            self._free.append(uid)
+            self._cv.notify()
+
+
+UIDS = UidPool()
+
+
+@lru_cache(maxsize=4)
+def available_modes(device: str) -> tuple[str, ...]:
+    """Modes that work on this host, probed once per process, strongest first."""
+    root = os.geteuid() == 0
+    modes = []
+    if shutil.which("bwrap") and _probe("bwrap+uid" if root else "bwrap", device):
+        modes.append("bwrap+uid" if root else "bwrap")
+    if root and shutil.which("unshare") and _probe("unshare+uid", device):
+        modes.append("unshare+uid")
+    if root and shutil.which("setpriv"):
+        modes.append("uid+rlimits")
+    modes.append("rlimits")
+    return tuple(modes)
+
+
+def choose_mode(requested: str, device: str) -> str:
+    modes = available_modes(device)
+    if requested == "auto":
+        return modes[0]
+    if requested not in modes:
+        raise SandboxError(f"isolation {requested!r} unavailable here; available: {modes}")
+    return requested
+
+
+def _probe(mode: str, device: str) -> bool:
+    base = Path(os.environ.get("KZ_VERIFIER_TMP", "/tmp")) / f"kzv-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        work, inputs, cache = (base / n for n in ("work", "inputs", "cache"))
+        for d in (work, inputs, cache):
+            d.mkdir(parents=True)
+        os.chmod(base, 0o711)
+        view = M.View(str(work), str(inputs), str(cache), device)
+        # Cheap probe: the interpreter starts and sees torch (importing it costs seconds).
+        code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') else 3)"
+        res = run(mode, view, [sys.executable, "-I", "-c", code], {"PATH": "/usr/bin"},
+                  Limits(60, 60, None), b"", base)
+        return res.returncode == 0
+    except (OSError, SandboxError):
+        return False
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _paths_inside(mode: str, view: M.View) -> M.View:
+    if mode.startswith(("bwrap", "unshare")):
+        return M.View(M.WORK, M.INPUTS, M.CACHE, view.device)
+    return view
+
+
+def inside_view(mode: str, view: M.View) -> M.View:
+    """Where work/inputs/cache appear from inside the sandbox."""
+    return _paths_inside(mode, view)
+
+
+def _prlimit(limits: Limits, device: str) -> list[str]:
+    if not shutil.which("prlimit"):
+        raise SandboxError("prlimit (util-linux) is required for rlimits")
+    a = ["prlimit", f"--cpu={limits.cpu_s}:{limits.cpu_s + 5}", "--core=0",
+         f"--fsize={limits.fsize_bytes}", f"--nproc={limits.nproc}", "--nofile=4096"]
+    if device == "cpu" and limits.memory_bytes:
+        a.append(f"--as={limits.memory_bytes}")  # CUDA needs huge virtual reservations
+    return a + ["--"]
+
+
+def _setpriv(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+            "--"]
+
+
+def _command(mode: str, view: M.View, argv: list[str], uid: int, cg: cgroups.Cgroup | None,
+             base: Path, limits: Limits) -> list[str]:
+    join = "".join(f"echo $$ > {shlex.quote(p)}\n" for p in (cg.procs_files if cg else []))
+    if mode == "rlimits":
+        return _prlimit(limits, view.device) + argv
+    if mode == "uid+rlimits":
+        script = join + "exec " + shlex.join(_setpriv(uid) + argv)
+        return _prlimit(limits, view.device) + ["sh", "-c", script]
+    if mode == "bwrap":
+        return _prlimit(limits, view.device) + M.bwrap_args(view, {}) + argv
+    if mode == "bwrap+uid":
+        staged = _stage_dirs(view.device, base)
+        inner = shlex.join(_setpriv(uid) + M.bwrap_args(view, staged) + argv)
+        if not staged:
+            return _prlimit(limits, view.device) + ["sh", "-c", join + "exec " + inner]
+        script = "set -e\n" + join + M.stage_script(staged) + "\nexec " + inner
+        return _prlimit(limits, view.device) + ["unshare", "--mount", "--", "sh", "-c", script]
+    if mode == "unshare+uid":
+        root = base / f"root-{uuid.uuid4().hex[:8]}"
+        root.mkdir()
+        inner = shlex.join(["chroot", str(root)] + _setpriv(uid) + argv)
+        script = join + M.chroot_script(view, str(root)) + "\nexec " + inner
+        return _prlimit(limits, view.device) + [
+            "unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
+            "--", "sh", "-c", script]
+    raise SandboxError(f"unknown isolation mode {mode!r}")
+
+
+def _stage_dirs(device: str, base: Path) -> dict[str, str]:
+    """Blocked paths (e.g. a Python under /root) get a reachable staging mountpoint."""
+    staged = {}
+    for i, p in enumerate(M.system_ro_paths(device)):
+        if M.blocked_for_others(p) and os.path.isdir(p):
+            d = base / f"stage-{i}"
+            d.mkdir(exist_ok=True)
+            staged[p] = str(d)
+    return staged
+
+
+Gate = Callable[[], AbstractContextManager[None]]
+
+
+def run(mode: str, view: M.View, argv: list[str], env: dict[str, str], limits: Limits,
+        stdin_data: bytes, base: Path, on_ready: Gate | None = None) -> RunResult:
+    """Run `argv` isolated. At the readiness line, enter `on_ready()` (e.g. the GPU lock),
+    send GO and wait for the exit inside it."""
+    uid = UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits" else os.getuid()
+    cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
+                        limits.memory_bytes) if os.geteuid() == 0 else None
+    try:
+        _own(view, uid)
+        cmd = _command(mode, view, argv, uid, cg, base, limits)
+        iso = mode + ("+cgroup" if cg else "")
+        env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin too (chroot)
+        return _supervise(cmd, env, limits, stdin_data, view, iso, on_ready)
+    finally:
+        _kill_uid(uid) if uid >= UID_BASE else None
+        if cg:
+            cg.remove()
+        if uid >= UID_BASE:
+            UIDS.release(uid)
+
+
+def _own(view: M.View, uid: int) -> None:
+    if os.geteuid() != 0 or uid == 0:
+        return
+    for d in (view.work, view.cache):
+        for root, dirs, files in os.walk(d):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), uid, uid)
+        os.chown(d, uid, uid)
+        os.chmod(d, 0o700)
+
+
+def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: bytes,
+               view: M.View, iso: str, on_ready: Gate | None) -> RunResult:
+    t0 = time.monotonic()
+    err_path = Path(view.work) / ".stderr"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=env, start_new_session=True, close_fds=True)
+    reader = _Reader(proc)
+    reader.start()
+    timed_out = False
+    try:
+        _send(proc, stdin_data)
+        timed_out = not reader.ready.wait_or_exit(proc, limits.wall_s, on_ready is not None)
+        if not timed_out and on_ready and reader.ready.is_set() and proc.poll() is None:
+            with on_ready():
+                _send(proc, b"GO\n")
+                proc.wait(timeout=limits.timing_wall_s)
+        elif not timed_out:
+            proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _killpg(proc)
+        proc.wait()
+        reader.join(timeout=2)
+    return RunResult(None if timed_out else proc.returncode, timed_out, time.monotonic() - t0,
+                     reader.tail(), _tail_file(err_path), iso, reader.ready.is_set())
+
+
+def _send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]
+    try:
+        assert proc.stdin is not None
+        if data:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+class _ReadyFlag(threading.Event):
+    def wait_or_exit(self, proc: subprocess.Popen, timeout: float,  # type: ignore[type-arg]
+                     use_ready: bool) -> bool:
+        """True once ready was seen (if used) or the process exited; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (self.wait(0.02) and use_ready) or proc.poll() is not None:
+                return True
+        return False
+
+
+class _Reader(threading.Thread):
+    """Drains stdout (so a chatty child never blocks) and spots the readiness line."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+        super().__init__(daemon=True)
+        self.proc, self.ready, self._tail = proc, _ReadyFlag(), b""
+
+    def run(self) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, b""):
+            if line.strip() == READY.encode():
+                self.ready.set()
+            self._tail = (self._tail + line)[-4096:]
+
+    def tail(self) -> str:
+        return self._tail.decode("utf-8", "replace")
+
+
+def _tail_file(path: Path, n: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _killpg(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process still running as the slot's uid (escaped process groups)."""
+    for _ in range(3):
+        found = False
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _proc_uid(entry) == uid:
+                found = True
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if not found:
+            return
+        time.sleep(0.05)
+
+
+def _proc_uid(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -1,0 +1,103 @@
+"""GPU timer shared by the trusted reference worker and the sandboxed harness.
+
+Standalone on purpose (imports only torch): the harness copies this file into
+the sandbox, where the repo is not visible.
+
+Each run: flush L2 (write a buffer >= 2x L2), record `start`, run, record `e1` on
+the current stream, synchronise the whole device, record `e2`. `e1 - start` is
+the accurate device time of work on the current stream. `e2 - start` also
+covers work on any other stream, plus a host wake-up latency that we calibrate
+with an empty function. If the candidate's `e2 - e1` gap exceeds the calibrated
+gap, work escaped the current stream and we report the device-synchronised
+time instead: a side-stream kernel cannot make itself look fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+FLUSH_BYTES_DEFAULT = 256 << 20  # >= 2x the H200's 60 MB L2
+
+
+class Timer:
+    """Holds the real CUDA primitives, captured before any untrusted code runs."""
+
+    def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT) -> None:
+        self.Event = torch.cuda.Event
+        self.record = torch.cuda.Event.record
+        self.elapsed = torch.cuda.Event.elapsed_time
+        self.sync = torch.cuda.synchronize
+        self.zero_ = torch.Tensor.zero_
+        self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+        self._gap0: float | None = None
+
+    def _events(self, n: int) -> list[Any]:
+        return [self.Event(enable_timing=True) for _ in range(n)]
+
+    def _loop(self, fns: Sequence[Callable[[], Any]], runs: int) -> tuple[list[float], list[float],
+                                                                         list[Any]]:
+        starts, e1s, e2s = self._events(runs), self._events(runs), self._events(runs)
+        last: list[Any] = [None] * len(fns)
+        for i in range(runs):
+            k = i % len(fns)
+            self.zero_(self.flush)
+            self.record(starts[i])
+            last[k] = fns[k]()
+            self.record(e1s[i])
+            self.sync()  # whole device: side-stream work finishes before e2
+            self.record(e2s[i])
+        self.sync()
+        t1 = [self.elapsed(s, e) for s, e in zip(starts, e1s)]
+        t2 = [self.elapsed(s, e) for s, e in zip(starts, e2s)]
+        return t1, t2, last
+
+    def gap0(self) -> float:
+        """Median host wake-up gap (e2 - e1) of an empty function, calibrated once."""
+        if self._gap0 is None:
+            self._loop([lambda: None], 5)
+            t1, t2, _ = self._loop([lambda: None], 31)
+            self._gap0 = _median([b - a for a, b in zip(t1, t2)])
+        return self._gap0
+
+    def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int) -> dict[str, Any]:
+        """Time `fns` (rotated input sets); returns stats in ms and the last output per set."""
+        gap0 = self.gap0()
+        for i in range(max(warmup, 2)):
+            fns[i % len(fns)]()
+        self.sync()
+        t1, t2, last = self._loop(fns, runs)
+        gaps = [b - a for a, b in zip(t1, t2)]
+        med1 = _median(t1)
+        excess = _median(gaps) - gap0
+        side_stream = excess > max(0.05 * med1, 0.005)
+        times = [b - gap0 for b in t2] if side_stream else t1
+        med = _median(times)
+        return {
+            "median_ms": med, "p10_ms": _quantile(times, 0.1), "p90_ms": _quantile(times, 0.9),
+            "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / med if med > 0 else None,
+            "runs": runs, "side_stream": side_stream, "stream_median_ms": med1,
+            "gap_ms": _median(gaps), "gap0_ms": gap0, "last_outputs": last,
+        }
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _median(xs: Sequence[float]) -> float:
+    return _quantile(xs, 0.5)
+
+
+def poison_allocator(nbytes: int = 256 << 20) -> None:
+    """Fill the CUDA caching allocator's free blocks with NaN so stale memory never matches."""
+    big = torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device="cuda")
+    small = [torch.full((1 << 15,), float("nan"), device="cuda") for _ in range(64)]
+    del big, small  # freed blocks stay cached, still holding NaN
+    torch.cuda.synchronize()
