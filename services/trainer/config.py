@@ -35,7 +35,8 @@ class LoraTrainConfig(_Section):
     batch_size: int = Field(default=4, ge=1)
     grad_accum: int = Field(default=1, ge=1)
     # Examples longer than this (prompt + completion) are skipped, never truncated: cut code is wrong code.
-    max_seq_len: int = Field(default=4096, ge=16)
+    # The solver's prompts carry few-shot reference kernels: 2-4k tokens before the answer.
+    max_seq_len: int = Field(default=8192, ge=16)
     max_grad_norm: float = Field(default=1.0, gt=0)
     # "auto": cuda when available; the tiny model trains on cpu in seconds.
     device: str = "auto"
@@ -45,6 +46,8 @@ class LoraTrainConfig(_Section):
     gradient_checkpointing: bool = False
     # Must match how the solver encodes prompts (the HF backend uses add_special_tokens=False).
     add_special_tokens: bool = False
+    # Must match services.solver use_chat_template: the prompt as one user turn of the chat template.
+    use_chat_template: bool = False
     seed: int = 0
 
 
@@ -54,6 +57,8 @@ class TrainerConfig(_Section):
     # Round adapters land in adapters_dir/round-NNNN (peft format + manifest.json).
     adapters_dir: Path = Path("var/adapters")
     train: LoraTrainConfig = LoraTrainConfig()
+    # Reference kernels in the prompt: must equal services.solver few_shot, or prompts differ.
+    few_shot: int = Field(default=2, ge=0, le=8)
     # Held-out set: ops per (family, dtype) task type (sorted by name) and their fixed target.
     eval_ops_per_type: int = Field(default=2, ge=1)
     eval_target_value: float = Field(default=1.0, gt=0)

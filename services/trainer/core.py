@@ -42,6 +42,7 @@ class TrainerCore:
         self.pending: dict[int, TrainingRequested] = {}
         self.done: set[int] = set()
         self.incumbent = 0
+        self.incumbent_path: str | None = None  # None: the base model
 
     def process(self, event: AnyEnvelope) -> list[BaseModel]:
         p = event.payload
@@ -52,7 +53,8 @@ class TrainerCore:
         elif isinstance(p, TrainingRequested) and p.round not in self.done:
             self.pending[p.round] = p
         elif isinstance(p, RoundEvaluated) and p.promoted:
-            self.incumbent = max(self.incumbent, p.round)
+            if p.round > self.incumbent:
+                self.incumbent, self.incumbent_path = p.round, p.adapter_path
         else:
             return []
         return self._run_ready()
@@ -78,7 +80,8 @@ class TrainerCore:
             s = self.samples[sid]
             if s.context is None or s.code is None:
                 raise ProcessingError(f"kept sample {sid} lacks context or code")
-            out.append(TrainExample(sid, build_prompt(s.context), format_completion(s.code)))
+            out.append(TrainExample(sid, build_prompt(s.context, s.challenge_id, few_shot=self.cfg.few_shot),
+                                    format_completion(s.code)))
         return out
 
     def _train(self, req: TrainingRequested) -> list[BaseModel]:
@@ -94,8 +97,11 @@ class TrainerCore:
                 raise ProcessingError(f"round {req.round}: {exc}") from exc
             metrics = result.metrics
         tasks = heldout_tasks(self.task_types, self.cfg)
-        arms = [req.round] + ([self.incumbent] if self.cfg.remeasure_incumbent else [])
-        challenges = [c for arm in arms for c in eval_challenges(tasks, round=req.round, arm=arm, cfg=self.cfg)]
+        arms = [(req.round, str(out_dir))]
+        if self.cfg.remeasure_incumbent:
+            arms.append((self.incumbent, self.incumbent_path))
+        challenges = [c for arm, path in arms
+                      for c in eval_challenges(tasks, round=req.round, arm=arm, adapter_path=path, cfg=self.cfg)]
         trained = RoundTrained(
             round=req.round, adapter_path=str(out_dir), base_model=self.cfg.base_model,
             dataset_hash=req.dataset_hash, metrics=metrics,

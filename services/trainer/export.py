@@ -6,7 +6,8 @@ Files (loadable with `datasets.load_dataset("json"|"parquet", data_files=...)`):
 - preferences.{jsonl,parquet}: prompt, chosen, rejected, metadata{challenge_id,
   chosen_sample_id, rejected_sample_id, chosen_score, rejected_score, reason, op,
   family, dtype}
-Prompts and completions are exactly what the trainer trains on (prompt.py).
+Prompts and completions are exactly what the trainer trains on (prompt.py; `few_shot`
+must equal the solver's).
 Only kept samples are exported; a sample curated twice (replays) appears once.
 """
 
@@ -24,7 +25,7 @@ from services.trainer.prompt import build_prompt, format_completion
 Format = Literal["jsonl", "parquet"]
 
 
-def sft_rows(curated: Iterable[SampleCurated | AnyEnvelope]) -> list[dict[str, Any]]:
+def sft_rows(curated: Iterable[SampleCurated | AnyEnvelope], few_shot: int = 2) -> list[dict[str, Any]]:
     rows, seen = [], set()
     for item in curated:
         s = _payload(item)
@@ -34,7 +35,7 @@ def sft_rows(curated: Iterable[SampleCurated | AnyEnvelope]) -> list[dict[str, A
             raise ExportError(f"kept sample {s.verdict_event_id} lacks context or code")
         seen.add(s.verdict_event_id)
         rows.append({
-            "prompt": build_prompt(s.context), "completion": format_completion(s.code),
+            "prompt": build_prompt(s.context, s.challenge_id, few_shot=few_shot), "completion": format_completion(s.code),
             "metadata": {
                 "sample_id": s.verdict_event_id, "challenge_id": s.challenge_id, "op": s.op,
                 "family": s.family, "dtype": s.dtype, "shape_bucket": s.shape_bucket,
@@ -45,7 +46,7 @@ def sft_rows(curated: Iterable[SampleCurated | AnyEnvelope]) -> list[dict[str, A
     return rows
 
 
-def preference_rows(pairs: Iterable[PreferenceRecorded | AnyEnvelope]) -> list[dict[str, Any]]:
+def preference_rows(pairs: Iterable[PreferenceRecorded | AnyEnvelope], few_shot: int = 2) -> list[dict[str, Any]]:
     rows, seen = [], set()
     for item in pairs:
         p = _payload(item)
@@ -54,7 +55,8 @@ def preference_rows(pairs: Iterable[PreferenceRecorded | AnyEnvelope]) -> list[d
             continue
         seen.add(key)
         rows.append({
-            "prompt": build_prompt(p.context), "chosen": format_completion(p.chosen_code),
+            "prompt": build_prompt(p.context, p.challenge_id, few_shot=few_shot),
+            "chosen": format_completion(p.chosen_code),
             "rejected": format_completion(p.rejected_code),
             "metadata": {
                 "challenge_id": p.challenge_id, "chosen_sample_id": p.chosen_sample_id,
@@ -71,13 +73,15 @@ def export_dataset(
     pairs: Iterable[PreferenceRecorded | AnyEnvelope],
     out_dir: Path,
     fmt: Format = "jsonl",
+    *,
+    few_shot: int = 2,
 ) -> dict[str, Path]:
     """Write sft.<fmt> and preferences.<fmt> into `out_dir`; returns {"sft": path, "preferences": path}."""
     if fmt not in ("jsonl", "parquet"):
         raise ExportError(f"unknown export format {fmt!r}; expected 'jsonl' or 'parquet'")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = {"sft": sft_rows(curated_events), "preferences": preference_rows(pairs)}
+    tables = {"sft": sft_rows(curated_events, few_shot), "preferences": preference_rows(pairs, few_shot)}
     paths = {}
     for name, rows in tables.items():
         path = out_dir / f"{name}.{fmt}"

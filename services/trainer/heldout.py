@@ -55,9 +55,9 @@ def heldout_tasks(types: set[tuple[str, str]], cfg: TrainerConfig) -> list[HeldO
 
 
 def eval_challenges(
-    tasks: list[HeldOutTask], *, round: int, arm: int, cfg: TrainerConfig
+    tasks: list[HeldOutTask], *, round: int, arm: int, cfg: TrainerConfig, adapter_path: str | None = None
 ) -> list[ChallengeCreated]:
-    """Challenges measuring round `arm`'s adapter (0 = base model) within round `round`'s evaluation."""
+    """Challenges measuring round `arm`'s adapter (at `adapter_path`; arm 0 = base model) in round `round`."""
     device = "cpu" if cfg.eval_shape_source == "cpu" else "cuda"
     return [
         ChallengeCreated(
@@ -67,7 +67,7 @@ def eval_challenges(
             target=Target(kind="naive_multiple", value=cfg.eval_target_value),
             difficulty=0, generator="programmatic", round=round,
             problem_source=render_problem(t.op, t.dtype, t.shape_range, device=device),
-            purpose="eval", eval_round=arm,
+            purpose="eval", eval_round=arm, eval_adapter_path=adapter_path if arm else None,
         )
         for t in tasks
     ]

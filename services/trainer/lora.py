@@ -122,7 +122,8 @@ def _encode(examples: Sequence[TrainExample], tokenizer: Any, config: LoraTrainC
 
     out = []
     for ex in examples:
-        prompt = tokenizer(ex.prompt, add_special_tokens=config.add_special_tokens)["input_ids"]
+        text = _chat(tokenizer, ex.prompt) if config.use_chat_template else ex.prompt
+        prompt = tokenizer(text, add_special_tokens=config.add_special_tokens)["input_ids"]
         answer = tokenizer(ex.completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         if len(prompt) + len(answer) > config.max_seq_len:
             continue
@@ -130,6 +131,15 @@ def _encode(examples: Sequence[TrainExample], tokenizer: Any, config: LoraTrainC
         labels = torch.tensor([-100] * len(prompt) + answer, dtype=torch.long)
         out.append((ids, labels))
     return out
+
+
+def _chat(tokenizer: Any, prompt: str) -> str:
+    """The prompt as one user turn, rendered exactly like kz_common.llm's HF backend does."""
+    messages = [{"role": "user", "content": prompt}]
+    if not getattr(tokenizer, "chat_template", None):
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+    text: str = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return text
 
 
 def _wrap(model: Any, config: LoraTrainConfig) -> Any:

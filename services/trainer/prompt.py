@@ -1,40 +1,80 @@
 """Prompt and completion text of a training example.
 
-The prompt must be the one the solver sends for the same challenge, or the
-adapter learns a distribution it is never asked for. No shared prompt builder
-exists in kz_common yet, so this one is built from the challenge fields; keep it
-in step with the solver's (see the report: this is duplicated until it moves to
-kz_common). The completion is the code in a ```python fence, which the
-extractor's first rule reads back.
+The prompt must be byte-identical to the one the solver sends for the same
+challenge, or the adapter learns a distribution it is never asked for. The
+solver's builder lives in services/solver/prompt.py, and services never import
+each other, so this is a copy of it (header, solution contract, `few_shot`
+reference kernels picked with seed_key = challenge id, the problem).
+tests/services/trainer/test_prompt_parity.py fails when the two drift apart;
+the fix is to move the builder into kz_common and import it from both.
+The completion is the code in a ```python fence, which the extractor reads back.
 """
 
 from __future__ import annotations
 
-from schemas import ChallengeContext
+import hashlib
 
-INSTRUCTION = (
-    "You are an expert GPU kernel engineer. Write a Triton implementation of the PyTorch "
-    "module below.\n"
-    "Define `class ModelNew(nn.Module)` with the same constructor and forward signature as "
-    "`Model`, computing the same result with one or more `@triton.jit` kernels. Do not call "
-    "torch (or torch.nn.functional) math in forward; only allocate outputs and launch kernels. "
-    "Read sizes from the input tensors: shapes vary within the stated range.\n"
-)
+from kz_common.kernels import available_ops, reference_solution
+from kz_common.ops import get_op
+from schemas import ChallengeContext, Target
+
+CONSTRAINT_TEXT = {
+    "no_optimized_library_call": (
+        "no optimised library call: do not compute the result with torch / torch.nn.functional ops "
+        "(torch.softmax, F.layer_norm, torch.matmul, @, ...), cuBLAS/cuDNN wrappers, torch.compile, "
+        "or by calling Model / ModelOpt"
+    ),
+}
+
+CONTRACT = """## Solution contract
+- Reply with one Python module in a single ```python code block.
+- Define `class ModelNew(nn.Module)` with the same constructor arguments as `Model`, whose
+  `forward` takes the same inputs and returns the same outputs (shape, dtype, device).
+- Compute the result in one or more `@triton.jit` kernels launched from `forward`.
+- Import only torch, torch.nn, triton, triton.language and math.
+- In `forward`, torch may only allocate outputs (torch.empty, torch.empty_like, torch.zeros) and
+  inspect or reshape tensors (.shape, .stride(), .view, .reshape, .contiguous).
+- Constraints: {constraints}.
+- It must be correct for every shape in the range ({shapes}) at dtype {dtype}; performance target:
+  {target}.
+"""
+
+HEADER = "You are an expert GPU kernel engineer. Write an optimised Triton kernel for the PyTorch " \
+         "module below.\n\n"
 
 
-def build_prompt(ctx: ChallengeContext) -> str:
-    """The instruction for one challenge: task facts, then the rendered problem source."""
-    dims = ", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in ctx.shape_range.items())
-    target = (f"{ctx.target.value:g}x faster than the naive reference" if ctx.target.kind == "naive_multiple"
-              else f"at least {ctx.target.value:g} of the optimised baseline's speed")
-    return (
-        f"{INSTRUCTION}\n"
-        f"Op: {ctx.op} ({ctx.family}), dtype: {ctx.dtype}, shapes: {dims}.\n"
-        f"Performance target: {target}.\n"
-        f"Constraints: {', '.join(ctx.constraints) or 'none'}.\n\n"
-        f"```python\n{ctx.problem_source.rstrip()}\n```\n\n"
-        "Answer with the complete solution in one ```python block.\n"
-    )
+def target_text(target: Target) -> str:
+    if target.kind == "naive_multiple":
+        return f"at most {target.value:g}x the naive reference's time"
+    return f"at least {target.value:g}x the speed of the optimised baseline (ModelOpt)"
+
+
+def build_prompt(ctx: ChallengeContext, challenge_id: str, *, few_shot: int = 2) -> str:
+    """The solver's prompt for challenge `challenge_id` with context `ctx`."""
+    shapes = ", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in ctx.shape_range.items())
+    constraints = "; ".join(CONSTRAINT_TEXT.get(c, c) for c in ctx.constraints) or "none"
+    parts = [HEADER, CONTRACT.format(constraints=constraints, shapes=shapes, dtype=ctx.dtype,
+                                     target=target_text(ctx.target))]
+    examples = _pick_examples(ctx.op, ctx.family, few_shot, challenge_id)
+    if examples:
+        parts.append("\n## Examples of accepted solutions\n")
+        for op in examples:
+            parts.append(f"\n### {op} ({get_op(op).family})\n```python\n{reference_solution(op).rstrip()}\n```\n")
+    parts.append(f"\n## Problem\n```python\n{ctx.problem_source.rstrip()}\n```\n\n## Solution\n")
+    return "".join(parts)
+
+
+def _pick_examples(op: str, family: str, k: int, seed_key: str) -> list[str]:
+    """Up to k reference ops other than `op`: same family first, then a stable shuffled rest."""
+    if k <= 0:
+        return []
+    candidates = [o for o in available_ops() if o != op]
+
+    def rank(o: str) -> tuple[bool, str]:
+        mix = hashlib.blake2b(f"{seed_key}|{op}|{o}".encode(), digest_size=4).hexdigest()
+        return (get_op(o).family != family, mix)
+
+    return sorted(candidates, key=rank)[:k]
 
 
 def format_completion(code: str) -> str:

@@ -31,7 +31,7 @@ def test_round_trip_with_datasets(fmt: str, tmp_path: Path) -> None:
     prefs = datasets.load_dataset(kind, data_files=str(paths["preferences"]), split="train")
     assert sft.num_rows == 2 and prefs.num_rows == 2  # kept only, duplicates once
     row = sft[0]
-    assert row["prompt"] == build_prompt(context()) and row["completion"] == format_completion(CLEAN)
+    assert row["prompt"] == build_prompt(context(), "c-s1") and row["completion"] == format_completion(CLEAN)
     assert row["metadata"]["sample_id"] == "s1" and row["metadata"]["family"] == "softmax"
     assert prefs[0]["rejected"] == format_completion("bad") and prefs[0]["metadata"]["rejected_score"] is None
 

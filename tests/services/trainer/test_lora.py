@@ -60,6 +60,18 @@ def test_loss_only_on_solution_tokens(tiny_model: Path) -> None:
     assert int(labels[-1]) == tok.eos_token_id
 
 
+def test_chat_template_prompt_is_masked_too(tiny_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    ex = examples(1)[0]
+    (ids, labels), = _encode([ex], tok, FAST.model_copy(update={"use_chat_template": True}))
+    rendered = tok.apply_chat_template([{"role": "user", "content": ex.prompt}], tokenize=False,
+                                       add_generation_prompt=True)
+    n_prompt = len(tok(rendered, add_special_tokens=False)["input_ids"])
+    assert rendered != ex.prompt and (labels[:n_prompt] == -100).all() and labels[n_prompt] != -100
+
+
 def test_examples_that_do_not_fit_are_skipped(tiny_model: Path, tmp_path: Path) -> None:
     short = LoraTrainConfig(max_seq_len=16, max_steps=1, device="cpu")
     with pytest.raises(NoExamplesError):

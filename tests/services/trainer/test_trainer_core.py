@@ -44,6 +44,8 @@ def test_request_waits_for_samples_then_trains(tiny_model: Path, tmp_path: Path)
     assert {(c.family, c.dtype, c.eval_round) for c in challenges} >= {
         ("softmax", "float32", 1), ("softmax", "float32", 0), ("reduction", "float16", 1)}
     assert all(c.purpose == "eval" and c.round == 1 for c in challenges)
+    assert {c.eval_adapter_path for c in challenges if c.eval_round == 1} == {trained[0].adapter_path}
+    assert {c.eval_adapter_path for c in challenges if c.eval_round == 0} == {None}  # base model
     assert core.process(env(req)) == []  # a redelivered request is not trained twice
 
 
@@ -55,7 +57,8 @@ def test_incumbent_arm_follows_promotions_and_replay_reuses_the_adapter(tiny_mod
                                     promoted=True, reason="ok")))
     req = TrainingRequested(round=4, new_sample_ids=["a"], replay_sample_ids=[], dataset_hash="d4")
     out = core.process(env(req))
-    assert {p.eval_round for p in out if isinstance(p, ChallengeCreated)} == {4, 3}
+    assert {(p.eval_round, p.eval_adapter_path) for p in out if isinstance(p, ChallengeCreated)} == {
+        (4, out[0].adapter_path), (3, "x")}  # type: ignore[attr-defined]
     weights = Path(out[0].adapter_path, "adapter_model.safetensors")  # type: ignore[attr-defined]
     mtime = weights.stat().st_mtime_ns
     replayed = TrainerCore(cfg)
@@ -80,5 +83,7 @@ def test_heldout_set_is_fixed_and_covers_every_type(tmp_path: Path) -> None:
 
 def test_prompt_contains_the_problem_and_task() -> None:
     ctx = context()
-    text = build_prompt(ctx)
-    assert ctx.problem_source in text and "softmax" in text and "rows in [256, 1024]" in text
+    text = build_prompt(ctx, "c1")
+    assert ctx.problem_source in text and "rows in [256, 1024]" in text and text.endswith("## Solution\n")
+    assert "## Examples of accepted solutions" in text
+    assert "## Examples" not in build_prompt(ctx, "c1", few_shot=0)
