@@ -20,9 +20,13 @@ def _pair(dim: str, value: object) -> tuple[int, int]:
 def _ordered(mapping: Mapping[str, object], op: str | None) -> list[str]:
     if op is None:
         return list(mapping)
+    from kz_common.ops.exceptions import UnknownOpError
     from kz_common.ops.registry import get_op
 
-    dims = get_op(op).dims
+    try:
+        dims = get_op(op).dims
+    except UnknownOpError:  # an op outside the catalogue keeps the dict's order
+        return list(mapping)
     return [d for d in dims if d in mapping] + [d for d in mapping if d not in dims]
 
 

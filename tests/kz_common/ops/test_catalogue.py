@@ -149,6 +149,7 @@ def test_shape_bucket_and_signature() -> None:
     assert shape_bucket({"rows": (1024, 4096), "cols": (1024, 4096)}) == "rows:10-12|cols:10-12"
     assert shape_bucket({"rows": (1000, 3000), "cols": [1, 1]}) == "rows:9-12|cols:0-0"
     assert shape_bucket({"cols": (1, 2), "rows": (1, 2)}, op="softmax") == "rows:0-1|cols:0-1"
+    assert shape_bucket({"cols": (1, 2), "rows": (1, 2)}, op="not_an_op") == "cols:0-1|rows:0-1"
     assert shape_signature({"rows": 4096, "cols": 17}) == "rows=4096|cols=17"
     assert shape_signature({"rows": (1, 64), "cols": (1, 300)}) == "rows=1..64|cols=1..300"
     with pytest.raises(ShapeRangeError):
