@@ -73,7 +73,7 @@ def load_causal_lm(
         raise ModelLoadError(f"cannot load model {source!r}: {exc}") from exc
     if tokenizer.pad_token_id is None:  # many instruct models ship without a pad token
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]  # transformers stubs mistype .to
     model.eval()
     if adapter is not None:
         model = attach_adapter(model, adapter, adapter_name)

@@ -90,7 +90,7 @@ class ModelService:
         if model in (None, "", self.served_name):
             return None
         with self._lock:
-            ref = self.adapters.get(model)  # type: ignore[arg-type]
+            ref = self.adapters.get(model) if isinstance(model, str) else None
         if ref is None:
             raise ApiError(404, f"The model `{model}` does not exist.", "not_found_error")
         return ref

@@ -14,7 +14,11 @@ from schemas.events import ChallengeCreated, CurriculumAdjusted, RoundStarted
 from services.challenger.catalogue import Catalogue, Proposal
 from services.challenger.config import ChallengerConfig
 from services.challenger.exceptions import ChallengerConfigError
-from services.challenger.generators import ChallengeGenerator, ProgrammaticGenerator, ProposalRequest
+from services.challenger.generators import (
+    ChallengeGenerator,
+    ProgrammaticGenerator,
+    ProposalRequest,
+)
 from services.challenger.ladder import MAX_DIFFICULTY, rung
 from services.challenger.llm_generator import LLMGenerator
 from services.challenger.signatures import ChallengeSignature, SignatureHistory
@@ -97,7 +101,7 @@ class ChallengerCore:
             clash = self.history.near_duplicate_of(sig)
             if clash is not None:
                 feedback.append(f"{sig.key()} {dict(proposal.shape_range)} nearly duplicates a recent "
-                                f"challenge {dict((d, (lo, hi)) for d, lo, hi in clash.shape_range)}")
+                                f"challenge { {d: (lo, hi) for d, lo, hi in clash.shape_range} }")
                 continue
             self.history.add(challenge.challenge_id, sig)
             return challenge

@@ -65,7 +65,7 @@ class Curriculum:
         """Verdicts needed before moving `state` to rung `target`."""
         c = self.config
         need = c.min_verdicts * c.bounce_factor ** state.falls.get(target, 0)
-        return min(c.window, int(round(need)))
+        return min(c.window, round(need))
 
     def _decide(self, family: str, state: FamilyState) -> Decision | None:
         c = self.config

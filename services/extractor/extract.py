@@ -174,9 +174,10 @@ def _has_triton_kernel(tree: ast.Module) -> bool:
         elif isinstance(node, ast.ImportFrom) and node.module == "triton":
             jits |= {a.asname or a.name for a in node.names if a.name == "jit"}
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if any(_is_jit(d, modules, jits) for d in node.decorator_list):
-                return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            _is_jit(d, modules, jits) for d in node.decorator_list
+        ):
+            return True
     return False
 
 

@@ -13,6 +13,12 @@ from kz_common.llm.backends.base import (
 from kz_common.llm.backends.factory import BACKEND_KINDS, BackendSettings, make_backend
 
 __all__ = [
-    "AdapterRef", "BACKEND_KINDS", "BackendSettings", "Completion", "SolverBackend",
-    "TextBackend", "make_backend", "sample_seed",
+    "BACKEND_KINDS",
+    "AdapterRef",
+    "BackendSettings",
+    "Completion",
+    "SolverBackend",
+    "TextBackend",
+    "make_backend",
+    "sample_seed",
 ]

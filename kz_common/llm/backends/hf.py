@@ -73,9 +73,8 @@ class TransformersBackend:
     ) -> list[list[Completion]]:
         """Like `generate`, with finish reasons and token counts."""
         check_request(prompts, n)
-        with self._lock:
-            with self._activate(adapter):
-                return [[self._one(p, sampling, j) for j in range(n)] for p in prompts]
+        with self._lock, self._activate(adapter):
+            return [[self._one(p, sampling, j) for j in range(n)] for p in prompts]
 
     def format_chat(self, messages: list[dict[str, str]]) -> str:
         """Render chat messages into a prompt with the tokenizer's chat template."""

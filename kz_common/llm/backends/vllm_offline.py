@@ -57,10 +57,10 @@ class VLLMBackend:
         self.model_id = str(model)
         self.use_chat_template = use_chat_template
         self._enable_lora = enable_lora
-        kwargs: dict[str, Any] = dict(
-            model=self.model_id, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization, seed=seed, enable_prefix_caching=True,
-        )
+        kwargs: dict[str, Any] = {
+            "model": self.model_id, "dtype": dtype, "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization, "seed": seed, "enable_prefix_caching": True,
+        }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         if enable_lora:
@@ -98,10 +98,10 @@ class VLLMBackend:
         )
 
     def _params(self, sampling: Sampling, seed: int, schema: dict[str, Any] | None) -> Any:
-        kwargs: dict[str, Any] = dict(
-            n=1, temperature=sampling.temperature, top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens, seed=seed,
-        )
+        kwargs: dict[str, Any] = {
+            "n": 1, "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens, "seed": seed,
+        }
         if schema is not None:
             kwargs.update(self._structured(schema))
         return self._vllm.SamplingParams(**kwargs)

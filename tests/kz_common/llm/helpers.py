@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kz_common.ops import all_ops
 
-TEST_SPEC = dict(vocab_size=400, hidden=64, layers=1)
+TEST_SPEC = {"vocab_size": 400, "hidden": 64, "layers": 1}
 
 
 def corpus() -> list[str]:

@@ -26,7 +26,7 @@ from services.challenger import ChallengerCore, CurriculumCore
 from services.challenger.catalogue import Catalogue
 from services.challenger.config import ChallengerConfig, CurriculumConfig
 from services.challenger.exceptions import ChallengerConfigError, GenerationFailed, InvalidProposal
-from services.challenger.llm_generator import LLMGenerator, parse_proposal
+from services.challenger.llm_generator import parse_proposal
 from services.challenger.signatures import ChallengeSignature, is_near_duplicate
 
 CONTROL = Producer(service="kz", version="1")
@@ -71,7 +71,7 @@ def test_curriculum_events_set_the_family_rung() -> None:
     assert all(c.difficulty == 2 and c.target.kind == "optimized_fraction" and c.target.value == 0.8
                for c in soft)
     assert all(c.difficulty == 0 and "KZ_DEVICE = 'cuda'" in c.problem_source for c in add)
-    octaves = lambda c: math.log2(c.shape_range["rows"][1] / c.shape_range["rows"][0])  # noqa: E731
+    octaves = lambda c: math.log2(c.shape_range["rows"][1] / c.shape_range["rows"][0])
     assert min(map(octaves, soft)) > max(map(octaves, add))  # higher rungs widen the shapes
 
 

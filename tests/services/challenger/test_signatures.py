@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -28,7 +29,7 @@ def sig(rows: tuple[int, int], cols: tuple[int, int], op: str = "softmax", dtype
 def test_ladder_tightens_and_widens() -> None:
     assert rung(0).target == Target(kind="naive_multiple", value=1.5)
     assert [r.target.value for r in LADDER[1:]] == [0.5, 0.8, 1.0]
-    assert all(a.span < b.span for a, b in zip(LADDER, LADDER[1:]))
+    assert all(a.span < b.span for a, b in itertools.pairwise(LADDER))
     assert rung(MAX_DIFFICULTY + 5) == LADDER[-1]
     with pytest.raises(ValueError, match=">= 0"):
         rung(-1)

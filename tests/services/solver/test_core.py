@@ -13,7 +13,13 @@ from kz_common.llm.backends.hf import TransformersBackend
 from kz_common.llm.backends.openai_http import OpenAIBackend
 from kz_common.llm.server import make_server
 from schemas import Producer, make_event
-from schemas.events import ChallengeContext, RoundEvaluated, RoundStarted, RoundTrained, SolutionSampled
+from schemas.events import (
+    ChallengeContext,
+    RoundEvaluated,
+    RoundStarted,
+    RoundTrained,
+    SolutionSampled,
+)
 from services.challenger import ChallengerCore
 from services.challenger.config import ChallengerConfig
 from services.solver import SolverCore, build_prompt, challenge_seed
