@@ -62,6 +62,16 @@ def wait_until_answers(bootstrap: str, timeout_s: float = 20.0) -> None:
     raise BrokerUnavailable(f"no Kafka broker answers at {bootstrap} after {timeout_s:.0f} s ({last})")
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the broker if its parent dies without stopping it (no orphan brokers)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class EmbeddedBroker:
     """A Tansu process bound to loopback; use as a context manager or start()/stop()."""
 
@@ -88,6 +98,7 @@ class EmbeddedBroker:
              "--storage-engine", "memory://tansu/"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # our Ctrl-C must not kill it before we stop it cleanly
+            preexec_fn=_die_with_parent,
             env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )
         try:

@@ -31,3 +31,9 @@ class ServiceCore(Protocol):
     def process(self, event: AnyEnvelope) -> list[BaseModel]:
         """Payloads to emit for `event` (possibly none). Raise ProcessingError to dead-letter."""
         ...
+
+
+# Optional members a core may define (looked up with getattr by the adapter):
+#   stateful: bool = True   -- False skips replaying committed inputs on restart.
+#   def observe(self, event) -> None  -- rebuild state from an already-processed event
+#                                        without the work of `process` (used on replay).

@@ -118,7 +118,13 @@ class BatchProcessor:
         return self._process(rec, event, emit)
 
     def _process(self, rec: InRecord, event: AnyEnvelope, emit: bool) -> list[OutMessage]:
+        # On replay a core may offer `observe` (state only): re-sampling an LLM to rebuild
+        # state would be slow and, at temperature > 0 without a seed, not even the same.
+        observe = getattr(self.core, "observe", None)
         try:
+            if not emit and observe is not None:
+                observe(event)
+                return []
             payloads = self.core.process(event)
         except ProcessingError as exc:
             return self._dead(rec, event, "processing", str(exc), emit)

@@ -1,0 +1,142 @@
+"""`kz run`: the whole flywheel on one machine.
+
+Starts the broker (embedded unless bootstrap servers are configured), creates
+the topics, launches every service as its own `kz service NAME` process (as a
+container would), then for each round publishes `round.started` and follows
+the events until every sample of the round has a curation decision or a dead
+letter. Nothing is simulated: the summary counts events read back from the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kz_common.admin import create_topics
+from kz_common.broker import ensure_broker
+from kz_common.config import Settings
+from kz_common.exceptions import KernelZeroError
+from kz_common.registry import SERVICES
+from kz_common.topics import physical
+from kz_common.watch import RoundLedger, Watcher
+from schemas import Producer, RoundStarted, encode, make_event
+
+STAGES = ("solutions", "extracted", "verified", "curated")
+
+
+def run_flywheel(
+    settings: Settings, *, rounds: int, challenges: int, round_timeout_s: float, console: Console
+) -> list[RoundLedger]:
+    data = settings.paths.data_dir
+    (data / "logs").mkdir(parents=True, exist_ok=True)
+    with ensure_broker(settings.kafka, data / "logs" / "broker.log") as bootstrap:
+        create_topics(settings.kafka, bootstrap)
+        console.print(f"broker {bootstrap}; logs in {data / 'logs'}")
+        procs = _start_services(settings, bootstrap, data / "logs")
+        try:
+            watcher = Watcher(settings.kafka, bootstrap)
+            ledgers = []
+            first = watcher.next_round()
+            for r in range(first, first + rounds):
+                _publish_round(settings, bootstrap, r, challenges)
+                ledgers.append(_follow(watcher, r, round_timeout_s, procs, console))
+            _summary(ledgers, watcher, console)
+            return ledgers
+        finally:
+            _stop_services(procs)
+
+
+def _service_env(settings: Settings, bootstrap: str) -> dict[str, str]:
+    import torch
+
+    services: dict[str, dict[str, Any]] = {k: dict(v) for k, v in settings.services.items()}
+    if not torch.cuda.is_available():  # CPU: shapes the Triton interpreter can run, verifier on CPU
+        services.setdefault("challenger", {}).setdefault("cpu_mode", True)
+        services.setdefault("challenger", {}).setdefault("device", "cpu")
+        services.setdefault("verifier", {}).setdefault("device", "cpu")
+        services.setdefault("curator", {}).setdefault("require_perf", False)
+        services.setdefault("trainer", {}).setdefault("eval_shape_source", "cpu")
+    return {**os.environ, "KZ_KAFKA__BOOTSTRAP_SERVERS": bootstrap, "KZ_SERVICES": json.dumps(services),
+            "PYTHONUNBUFFERED": "1"}
+
+
+def _start_services(settings: Settings, bootstrap: str, logs: Path) -> dict[str, subprocess.Popen[bytes]]:
+    env = _service_env(settings, bootstrap)
+    procs = {}
+    for name in SERVICES:
+        log = open(logs / f"{name}.log", "ab")
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "kz_common.cli", "service", name],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,
+        )
+    return procs
+
+
+def _stop_services(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for proc in procs.values():
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _publish_round(settings: Settings, bootstrap: str, r: int, n: int) -> None:
+    from kafka import KafkaProducer
+
+    event = make_event(RoundStarted(round=r, n_challenges=n, seed=r),
+                       producer=Producer(service="kz-run", version="1"), correlation_id=f"round-{r}")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer.send(physical(settings.kafka, "control"), key=event.correlation_id.encode(), value=encode(event))
+    producer.flush()
+    producer.close()
+
+
+def _follow(watcher: Watcher, r: int, timeout_s: float, procs: dict[str, subprocess.Popen[bytes]],
+            console: Console) -> RoundLedger:
+    columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    deadline = time.monotonic() + timeout_s
+    with Progress(*columns, console=console, transient=False) as bar:
+        tasks = {s: bar.add_task(s, total=None) for s in STAGES}
+        console.print(f"[bold]round {r}[/]")
+        while True:
+            watcher.poll()
+            ledger = watcher.ledger(r)
+            for stage in STAGES:
+                bar.update(tasks[stage], completed=ledger.accounted(stage), total=ledger.expected_samples or None)
+            if ledger.complete():
+                return ledger
+            dead = [n for n, p in procs.items() if p.poll() is not None]
+            if dead:
+                raise KernelZeroError(f"service(s) {', '.join(dead)} exited; see their logs")
+            if time.monotonic() > deadline:
+                raise KernelZeroError(f"round {r} not complete after {timeout_s:.0f} s: {ledger.describe()}")
+
+
+def _summary(ledgers: list[RoundLedger], watcher: Watcher, console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title="flywheel summary (events read back from the log)")
+    for col in ("round", "challenges", "samples", "extracted ok", "verified pass", "curated kept",
+                "dead letters", "pass rate"):
+        table.add_column(col, justify="right")
+    for led in ledgers:
+        rate = f"{led.passed / led.verified:.0%}" if led.verified else "-"
+        table.add_row(str(led.round), str(led.challenges), str(led.samples), f"{led.extracted_ok}/{led.extracted}",
+                      f"{led.passed}/{led.verified}", f"{led.kept}/{led.curated}", str(led.dead), rate)
+    console.print(table)
+    console.print(watcher.training_summary())
