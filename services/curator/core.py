@@ -22,7 +22,7 @@ import math
 from pydantic import BaseModel
 
 from kz_common.core import ProcessingError
-from kz_common.ops import CatalogueError, shape_bucket
+from kz_common.ops import CatalogueError, get_op, shape_bucket
 from schemas import (
     AnyEnvelope,
     ChallengeContext,
@@ -93,6 +93,7 @@ class CuratorCore:
     def _admit(self, sample_id: str, v: SolutionVerified) -> list[BaseModel]:
         ctx = v.context
         try:
+            get_op(ctx.op)
             bucket = shape_bucket(ctx.shape_range, ctx.op)
         except CatalogueError as exc:  # a verdict for an op we cannot bucket is a pipeline bug
             raise ProcessingError(f"cannot curate {v.challenge_id}: {exc}") from exc

@@ -60,7 +60,9 @@ def best_per_challenge(
     by_challenge: dict[str, list[Candidate]] = defaultdict(list)
     for c in window:
         by_challenge[c.verdict.challenge_id].append(c)
-    answers, losers, pairs = [], [], []
+    answers: list[Candidate] = []
+    losers: list[Candidate] = []
+    pairs: list[Pair] = []
     for cid in sorted(by_challenge):
         group = sorted(by_challenge[cid], key=_rank)
         best = group[0]
@@ -70,9 +72,8 @@ def best_per_challenge(
         for other in group[1:]:
             if other.eligible:
                 losers.append(other)
-            if other.eligible or with_failed:
-                if len([p for p in pairs if p.chosen is best]) < max_pairs:
-                    pairs.append(Pair(best, other, other.loss_reason or "lower_score"))
+            if (other.eligible or with_failed) and sum(p.chosen is best for p in pairs) < max_pairs:
+                pairs.append(Pair(best, other, other.loss_reason or "lower_score"))
     return answers, losers, pairs
 
 

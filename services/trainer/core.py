@@ -97,7 +97,7 @@ class TrainerCore:
                 raise ProcessingError(f"round {req.round}: {exc}") from exc
             metrics = result.metrics
         tasks = heldout_tasks(self.task_types, self.cfg)
-        arms = [(req.round, str(out_dir))]
+        arms: list[tuple[int, str | None]] = [(req.round, str(out_dir))]
         if self.cfg.remeasure_incumbent:
             arms.append((self.incumbent, self.incumbent_path))
         challenges = [c for arm, path in arms

@@ -79,7 +79,7 @@ def _reload(base: Path, adapter: Path, device: str) -> bool:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True).to(device)
+    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True).to(device)  # type: ignore[arg-type]
     return isinstance(PeftModel.from_pretrained(model, str(adapter)), PeftModel)
 
 

@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ def train_lora(
     manifest = {
         "base_model": str(base_model_path), "dataset_hash": dataset_hash,
         "sample_ids": [e.sample_id for e in examples], "metrics": metrics,
-        "created_at": datetime.now(timezone.utc).isoformat(), "device": device,
+        "created_at": datetime.now(UTC).isoformat(), "device": device,
         "lora": config.model_dump(mode="json"), **(extra_manifest or {}),
     }
     _save(model, manifest, Path(out_dir))
@@ -113,7 +113,7 @@ def _load(base: str | Path, config: LoraTrainConfig) -> tuple[Any, Any, str]:
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
-    return model.to(device), tokenizer, device
+    return model.to(device), tokenizer, device  # type: ignore[arg-type]
 
 
 def _encode(examples: Sequence[TrainExample], tokenizer: Any, config: LoraTrainConfig) -> list[tuple[Any, Any]]:

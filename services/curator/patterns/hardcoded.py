@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from kz_common.ops import choose_shapes
 from schemas import RuleHit
@@ -120,7 +120,7 @@ def _literal_names_in(func: ast.FunctionDef) -> dict[str, int]:
     return _bindings([n for n in ast.walk(func) if isinstance(n, ast.Assign)])
 
 
-def _bindings(stmts: list[ast.stmt] | list[ast.AST]) -> dict[str, int]:
+def _bindings(stmts: Sequence[ast.AST]) -> dict[str, int]:
     out: dict[str, int] = {}
     for node in stmts:
         if not isinstance(node, ast.Assign):
@@ -129,14 +129,14 @@ def _bindings(stmts: list[ast.stmt] | list[ast.AST]) -> dict[str, int]:
             pairs = zip(t.elts, node.value.elts) if isinstance(t, ast.Tuple) and isinstance(
                 node.value, ast.Tuple) else [(t, node.value)]
             for name, value in pairs:
-                if isinstance(name, ast.Name) and _is_int(value):
-                    out[name.id] = value.value  # type: ignore[union-attr]
+                if isinstance(name, ast.Name) and isinstance(value, ast.Constant) and _is_int(value):
+                    out[name.id] = int(value.value)  # type: ignore[arg-type]  # _is_int checked it
     return out
 
 
 def _int_value(node: ast.AST, names: dict[str, int]) -> int | None:
-    if _is_int(node):
-        return node.value  # type: ignore[union-attr,no-any-return]
+    if isinstance(node, ast.Constant) and _is_int(node):
+        return int(node.value)  # type: ignore[arg-type]  # _is_int checked it
     if isinstance(node, ast.Name):
         return names.get(node.id)
     return None

@@ -70,12 +70,12 @@ def _why(node: ast.AST, modules: set[str], tensors: set[str]) -> str | None:
             return "tensor method"
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
         return "matmul operator"
-    if isinstance(node, ast.BinOp) and isinstance(node.op, _TENSOR_OPS):
-        if uses_values(node.left, tensors) or uses_values(node.right, tensors):
-            return "tensor arithmetic"
-    if isinstance(node, ast.AugAssign) and isinstance(node.op, _TENSOR_OPS):
-        if uses_values(node.target, tensors):
-            return "in-place tensor arithmetic"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _TENSOR_OPS) and (
+        uses_values(node.left, tensors) or uses_values(node.right, tensors)
+    ):
+        return "tensor arithmetic"
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, _TENSOR_OPS) and uses_values(node.target, tensors):
+        return "in-place tensor arithmetic"
     return None
 
 

@@ -78,7 +78,7 @@ def verdict(
     )
 
 
-def envelope(payload: SolutionVerified):  # noqa: ANN201 - AnyEnvelope
+def envelope(payload: SolutionVerified):  # -> AnyEnvelope
     from schemas import Producer, make_event
 
     return make_event(payload, producer=Producer(service="verifier", version="t"),

@@ -202,13 +202,13 @@ def test_challenge_dims_cover_rendered_shapes() -> None:
 
 
 @pytest.mark.parametrize("body", [
-    "        out = torch.empty(64, 1000, device=x.device)\n"
-    "        softmax_kernel[(64,)](x, out, 1000, 1000, BLOCK=1024)\n        return out",
-    "        N = 1000\n        out = torch.empty_like(x)\n"
-    "        softmax_kernel[(x.shape[0],)](x, out, N, x.stride(0), BLOCK=1024)\n        return out",
-    "        out = torch.empty_like(x)\n"
-    "        softmax_kernel[(triton.cdiv(64000, 1024),)](x, out, x.shape[1], x.stride(0), BLOCK=1024)\n"
-    "        return out",
+    ("        out = torch.empty(64, 1000, device=x.device)\n"
+     "        softmax_kernel[(64,)](x, out, 1000, 1000, BLOCK=1024)\n        return out"),
+    ("        N = 1000\n        out = torch.empty_like(x)\n"
+     "        softmax_kernel[(x.shape[0],)](x, out, N, x.stride(0), BLOCK=1024)\n        return out"),
+    ("        out = torch.empty_like(x)\n"
+     "        softmax_kernel[(triton.cdiv(64000, 1024),)](x, out, x.shape[1], x.stride(0), BLOCK=1024)\n"
+     "        return out"),
     "        y = x.view(64, 1000)\n" + LAUNCH,
 ])
 def test_hardcoded_shape_fires(body: str) -> None:

@@ -65,7 +65,7 @@ def test_chat_template_prompt_is_masked_too(tiny_model: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     ex = examples(1)[0]
-    (ids, labels), = _encode([ex], tok, FAST.model_copy(update={"use_chat_template": True}))
+    (_, labels), = _encode([ex], tok, FAST.model_copy(update={"use_chat_template": True}))
     rendered = tok.apply_chat_template([{"role": "user", "content": ex.prompt}], tokenize=False,
                                        add_generation_prompt=True)
     n_prompt = len(tok(rendered, add_special_tokens=False)["input_ids"])
