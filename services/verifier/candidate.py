@@ -42,6 +42,7 @@ class Outcome:
     max_rel_error: float | None = None
     timing: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)  # output digest -> first call index
 
     def fail(self, stage: str, reason: str) -> None:
         if (stage, reason) not in self.failures:
@@ -196,7 +197,29 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
         cmp = compare(out, ref, tol) if tol else compare(out, ref, _EXACT)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
-            o.fail("numerics", f"{where}: output {j}: {cmp.reason}")
+            o.fail("numerics", f"{where}: output {j}: {cmp.reason}{_name_it(o, out, after, i)}")
+        o.seen.setdefault(_digest(out), i)
+
+
+def _digest(t: torch.Tensor) -> str:
+    raw = t.detach().reshape(-1).contiguous().view(torch.uint8) if t.numel() else t
+    return hashlib.sha256(raw.numpy().tobytes()).hexdigest() + str(tuple(t.shape))
+
+
+def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:
+    """Name the trivial/cheating pattern behind a numerics failure, when there is one."""
+    if out.numel() and not bool(out.any()):
+        return " (zeros output)"
+    flat = out.reshape(-1)
+    if out.numel() > 1 and bool((flat == flat[0]).all()):
+        return " (constant output)"
+    for k, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and _same_bits(out, x):
+            return f" (identity output: equals input {k})"
+    prev = o.seen.get(_digest(out))
+    if prev is not None and prev != i:
+        return f" (cached/memoised output: identical to call {prev} for different inputs)"
+    return ""
 
 
 class _Exact:

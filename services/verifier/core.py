@@ -72,10 +72,12 @@ class Session:
 
     # ------------------------------------------------------------------ one candidate
 
-    def verify(self, problem_src: str, solution_src: str) -> VerifyReport:
+    def verify(self, problem_src: str, solution_src: str,
+               policy: str | None = None) -> VerifyReport:
+        """One verdict; `policy` overrides the options' policy (e.g. runtime_only in tests)."""
         o = self.options
         try:
-            return self._verify(problem_src, solution_src)
+            return self._verify(problem_src, solution_src, policy or o.policy)
         except ProblemError as exc:
             return rejected("problem", [f"problem unusable (misuse): {exc}"], o.device,
                             isolation=self.mode)
@@ -86,9 +88,9 @@ class Session:
             return rejected("internal", [f"verifier internal error: {type(exc).__name__}: {exc}",
                                          tb], o.device, isolation=self.mode)
 
-    def _verify(self, problem_src: str, solution_src: str) -> VerifyReport:
+    def _verify(self, problem_src: str, solution_src: str, policy: str) -> VerifyReport:
         o = self.options
-        static = check_solution(solution_src, o.policy)
+        static = check_solution(solution_src, policy)
         if not static.ok:
             return rejected("static", static.reasons, o.device, isolation="none (not run)",
                             fingerprint=perf.fingerprint(o.device, None, "none"),

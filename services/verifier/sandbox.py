@@ -63,8 +63,10 @@ class RunResult:
         if self.timed_out:
             return f"timed out after {self.wall_s:.1f}s (hang or runaway compute)"
         rc = self.returncode
-        if rc is not None and rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else -rc
+        # Negative: we saw the signal; >128: a namespace init (bwrap/unshare) relayed it.
+        sig = -rc if rc is not None and rc < 0 else rc - 128 if rc and 128 < rc < 160 else None
+        if sig is not None:
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else sig
             hint = {"SIGKILL": " (memory/CPU limit or sandbox kill)", "SIGXCPU": " (CPU limit)",
                     "SIGSEGV": " (segfault)", "SIGABRT": " (abort)"}.get(str(name), "")
             return f"process killed by {name}{hint}"

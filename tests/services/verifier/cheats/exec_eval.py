@@ -1,0 +1,23 @@
+"""Cheat: hide the library call inside eval'd text."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+CHEAT = {"problem": "softmax", "fools_naive": "cpu", "stage": "static",
+         "expect": "dynamic code execution"}
+
+
+@triton.jit
+def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = eval("torch.soft" + "max")(x, dim=-1)
+        out = torch.empty_like(y)
+        copy_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+        return out

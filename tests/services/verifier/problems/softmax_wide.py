@@ -1,0 +1,21 @@
+"""Wide row softmax: every probability is tiny, so a constant 1/cols looks close."""
+import torch
+import torch.nn as nn
+
+rows = 4
+cols = 2048
+KZ_DEVICE = "cpu"
+KZ_META = {"op": "softmax", "family": "softmax", "dtype": "float32"}
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols, device=KZ_DEVICE)]
+
+
+def get_init_inputs():
+    return []
