@@ -90,7 +90,8 @@ def _config(batch_heads, seq_len, head_dim, itemsize):
     seq_block = max(16, triton.next_power_of_2(seq_len))
     block_m = min(block_m, seq_block)
     block_n = min(block_n, seq_block)
-    cfg = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=num_warps, num_stages=2)
+    cfg = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_D": block_d,
+           "num_warps": num_warps, "num_stages": 2}
     qk_scale = 1.4426950408889634 / math.sqrt(head_dim)  # log2(e) / sqrt(d)
     grid = (triton.cdiv(seq_len, block_m), batch_heads)
     return cfg, precision, qk_scale, grid

@@ -42,7 +42,7 @@ def matmul_kernel(
     mask_n = offs_n[None, :] < N
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K  # masks the K tail with zeros
         a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
@@ -59,17 +59,17 @@ def _config(M, N, K, itemsize):
     small = max(16, min(64, triton.next_power_of_2(M)))
     if itemsize == 4:  # fp32, IEEE dots on CUDA cores: moderate tiles
         if M <= 64:
-            cfg = dict(BLOCK_M=small, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+            cfg = {"BLOCK_M": small, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
         else:
-            cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+            cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}
         precision = "ieee"
     else:  # fp16 / bf16 on tensor cores
         if M <= 64:  # skinny: small M tile, wide N tile
-            cfg = dict(BLOCK_M=small, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)
+            cfg = {"BLOCK_M": small, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
         elif M * N >= 4096 * 4096:  # big: large tiles amortise loads
-            cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
+            cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
         else:
-            cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)
+            cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
         precision = "tf32"  # ignored for 16-bit inputs
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
     return cfg, precision, grid

@@ -7,7 +7,14 @@ only in spelling (row_max's naive form also computes the argmax it throws away).
 
 from __future__ import annotations
 
-from kz_common.ops.elementwise import ALL_DTYPES, ROW_CPU, ROW_DEFAULT, ROW_DIMS, ROW_LIMITS, X_INPUT
+from kz_common.ops.elementwise import (
+    ALL_DTYPES,
+    ROW_CPU,
+    ROW_DEFAULT,
+    ROW_DIMS,
+    ROW_LIMITS,
+    X_INPUT,
+)
 from kz_common.ops.spec import OpSpec, prod
 
 

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from kz_common.ops import attention, elementwise, fused_activation, matmul, normalization, reduction, softmax
+from kz_common.ops import (
+    attention,
+    elementwise,
+    fused_activation,
+    matmul,
+    normalization,
+    reduction,
+    softmax,
+)
 from kz_common.ops.exceptions import UnknownOpError
 from kz_common.ops.spec import OpSpec
 

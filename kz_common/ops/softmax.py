@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from kz_common.ops.elementwise import ALL_DTYPES, ROW_CPU, ROW_DEFAULT, ROW_DIMS, ROW_LIMITS, X_INPUT
+from kz_common.ops.elementwise import (
+    ALL_DTYPES,
+    ROW_CPU,
+    ROW_DEFAULT,
+    ROW_DIMS,
+    ROW_LIMITS,
+    X_INPUT,
+)
 from kz_common.ops.spec import OpSpec, prod
 
 

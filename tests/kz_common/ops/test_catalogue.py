@@ -165,30 +165,34 @@ def test_choose_shapes_degenerate_and_awkward() -> None:
     assert math.isclose(shapes[1]["rows"], 2048, rel_tol=0.01)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "exc"),
-    [
-        (dict(op="nope", dtype="float16", shape_range={"rows": (1, 2), "cols": (1, 2)}), UnknownOpError),
-        (dict(op="softmax", dtype="int8", shape_range={"rows": (1, 2), "cols": (1, 2)}), UnsupportedDtypeError),
-        (dict(op="softmax", dtype="float64", shape_range={"rows": (1, 2), "cols": (1, 2)}), UnsupportedDtypeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 2)}), DimMismatchError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 2), "cols": (1, 2), "k": (1, 2)}), DimMismatchError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (0, 2), "cols": (1, 2)}), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (4, 2), "cols": (1, 2)}), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 10**6), "cols": (1, 2)}), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 65536), "cols": (1, 65536)}), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1.5, 2), "cols": (1, 2)}), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": 3, "cols": (1, 2)}), ShapeRangeError),
-        (dict(op="attention", dtype="float16", shape_range={"batch_heads": (1, 2), "seq": (1, 8), "head_dim": (1, 8)}), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 2), "cols": (1, 2)}, shapes=[{"rows": 3, "cols": 1}]), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 2), "cols": (1, 2)}, shapes=[{"rows": 1}]), DimMismatchError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 2), "cols": (1, 2)}, shapes=[]), ShapeRangeError),
-        (dict(op="softmax", dtype="float16", shape_range={"rows": (1, 2), "cols": (1, 2)}, device="tpu"), ShapeRangeError),
-    ],
-)
-def test_bad_input_raises_clear_error(kwargs: dict, exc: type[Exception]) -> None:
+OK_RANGE = {"rows": (1, 2), "cols": (1, 2)}
+BAD_CALLS = [  # (op, dtype, shape_range, extra kwargs, expected error)
+    ("nope", "float16", OK_RANGE, {}, UnknownOpError),
+    ("softmax", "int8", OK_RANGE, {}, UnsupportedDtypeError),
+    ("softmax", "float64", OK_RANGE, {}, UnsupportedDtypeError),
+    ("softmax", "float16", {"rows": (1, 2)}, {}, DimMismatchError),
+    ("softmax", "float16", {**OK_RANGE, "k": (1, 2)}, {}, DimMismatchError),
+    ("softmax", "float16", {"rows": (0, 2), "cols": (1, 2)}, {}, ShapeRangeError),
+    ("softmax", "float16", {"rows": (4, 2), "cols": (1, 2)}, {}, ShapeRangeError),
+    ("softmax", "float16", {"rows": (1, 10**6), "cols": (1, 2)}, {}, ShapeRangeError),
+    ("softmax", "float16", {"rows": (1, 65536), "cols": (1, 65536)}, {}, ShapeRangeError),
+    ("softmax", "float16", {"rows": (1.5, 2), "cols": (1, 2)}, {}, ShapeRangeError),
+    ("softmax", "float16", {"rows": 3, "cols": (1, 2)}, {}, ShapeRangeError),
+    ("attention", "float16", {"batch_heads": (1, 2), "seq": (1, 8), "head_dim": (1, 8)}, {},
+     ShapeRangeError),
+    ("softmax", "float16", OK_RANGE, {"shapes": [{"rows": 3, "cols": 1}]}, ShapeRangeError),
+    ("softmax", "float16", OK_RANGE, {"shapes": [{"rows": 1}]}, DimMismatchError),
+    ("softmax", "float16", OK_RANGE, {"shapes": []}, ShapeRangeError),
+    ("softmax", "float16", OK_RANGE, {"device": "tpu"}, ShapeRangeError),
+]
+
+
+@pytest.mark.parametrize(("op", "dtype", "shape_range", "extra", "exc"), BAD_CALLS)
+def test_bad_input_raises_clear_error(
+    op: str, dtype: str, shape_range: dict, extra: dict, exc: type[Exception]
+) -> None:
     with pytest.raises(exc) as info:
-        render_problem(**kwargs)
+        render_problem(op, dtype, shape_range, **extra)
     assert isinstance(info.value, CatalogueError) and isinstance(info.value, ValueError)
     assert str(info.value)
 
