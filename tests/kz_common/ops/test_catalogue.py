@@ -221,3 +221,21 @@ def test_default_middle_shape_models_agree(op: str, dtype: str) -> None:
     with torch.no_grad():
         check_close(prob.Model()(*inputs), prob.ModelOpt()(*inputs),
                     tolerance_for(prob.KZ_DTYPE, spec.family), f"{op}/{dtype}")
+
+
+def test_rendered_problem_fits_challenge_event() -> None:
+    """A challenge built from catalogue data validates and round-trips through JSON."""
+    from schemas.events import ChallengeCreated, Target
+
+    for spec in all_ops():
+        rng = cpu_test_range(spec.name)
+        event = ChallengeCreated(
+            challenge_id=f"c-{spec.name}", op=spec.name, family=spec.family, dtype="float16",
+            shape_range=rng, target=Target(kind="naive_multiple", value=1.0), difficulty=0,
+            generator="programmatic", round=0,
+            problem_source=render_problem(spec.name, "float16", rng),
+        )
+        back = ChallengeCreated.model_validate_json(event.model_dump_json())
+        # what a consumer does with the event: re-render and bucket it identically
+        assert render_problem(back.op, back.dtype, back.shape_range) == event.problem_source
+        assert shape_bucket(back.shape_range, back.op) == shape_bucket(rng, spec.name)
