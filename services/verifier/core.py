@@ -28,12 +28,14 @@ from services.verifier.static_check import check_solution
 class Session:
     """Shared state of one verify/verify_many call: temp base, bundles, GPU lock."""
 
-    def __init__(self, options: VerifyOptions) -> None:
+    def __init__(self, options: VerifyOptions, max_bundles: int = 8) -> None:
         self.options = options
         self.mode = sandbox.choose_mode(options.isolation, options.device)
         self.base = W.make_base(options.tmp_dir)
+        self.max_bundles = max_bundles
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
         self._bundle_locks: dict[str, threading.Lock] = {}
+        self._in_use: dict[str, int] = {}
         self._guard = threading.Lock()
 
     def close(self) -> None:
@@ -45,17 +47,35 @@ class Session:
         with perf.gpu_lock(self.options.cache):
             yield
 
-    def bundle(self, problem_src: str) -> reference.ReferenceBundle:
+    @contextmanager
+    def bundle(self, problem_src: str) -> Iterator[reference.ReferenceBundle]:
+        """The problem's bundle (built once, shared), pinned while the caller uses it."""
         key = reference.problem_key(problem_src, self.options)
         with self._guard:
             lock = self._bundle_locks.setdefault(key, threading.Lock())
-        with lock:
-            if key not in self._bundles:
-                self._bundles[key] = self._build(problem_src)
-            got = self._bundles[key]
-        if isinstance(got, ProblemError):
-            raise got
-        return got
+            self._in_use[key] = self._in_use.get(key, 0) + 1
+        try:
+            with lock:
+                if key not in self._bundles:
+                    self._bundles[key] = self._build(problem_src)
+                got = self._bundles[key]
+            if isinstance(got, ProblemError):
+                raise got
+            yield got
+        finally:
+            with self._guard:
+                self._in_use[key] -= 1
+                self._evict()
+
+    def _evict(self) -> None:
+        """Keep at most max_bundles; drop the oldest unpinned ones (and their inputs)."""
+        for key in list(self._bundles):
+            if len(self._bundles) <= self.max_bundles:
+                return
+            if self._in_use.get(key, 0) == 0:
+                old = self._bundles.pop(key)
+                if isinstance(old, reference.ReferenceBundle):
+                    shutil.rmtree(old.inputs_dir, ignore_errors=True)
 
     def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
         o = self.options
@@ -95,7 +115,12 @@ class Session:
             return rejected("static", static.reasons, o.device, isolation="none (not run)",
                             fingerprint=perf.fingerprint(o.device, None, "none"),
                             details={"kernels": list(static.kernels)})
-        bundle = self.bundle(problem_src)
+        with self.bundle(problem_src) as bundle:
+            return self._judge(solution_src, bundle, static.kernels)
+
+    def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
+               kernels: tuple[str, ...]) -> VerifyReport:
+        o = self.options
         gate = self.gate if o.device == "cuda" else None
         out = candidate.run(solution_src, bundle, o, self.base, self.mode, gate)
         device_name = bundle.meta.get("device_name")
@@ -103,7 +128,7 @@ class Session:
                            isolation=out.isolation, triton_launches=out.launches,
                            max_rel_error=out.max_rel_error,
                            fingerprint=perf.fingerprint(o.device, device_name, out.isolation),
-                           details={"kernels": list(static.kernels), **out.details,
+                           details={"kernels": list(kernels), **out.details,
                                     "shapes": [s["overrides"] for s in bundle.meta["shapes"]],
                                     "trials": len(bundle.meta["trials"]),
                                     "reference_isolation": bundle.isolation})

@@ -134,8 +134,7 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
                            f"stderr: {res.stderr_tail[-800:]}")
     if meta["errors"]:
         raise ProblemError("problem failed to run: " + meta["errors"][0][-800:])
-    if meta["non_discriminating"]:
-        raise ProblemError("non-discriminating problem: " + "; ".join(meta["non_discriminating"]))
+    _require_discriminating(meta)
     cap = options.fsize_mb << 20
     refs, inputs = [], []
     for t in meta["trials"]:
@@ -157,6 +156,21 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
     return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs, inputs=inputs,
                            tolerances=tols, isolation=res.isolation, family=family,
                            op=m.get("op") if isinstance(m, dict) else None)
+
+
+def _require_discriminating(meta: dict[str, Any]) -> None:
+    """Misuse unless some shape discriminates in every trial.
+
+    A shape whose every trial a trivial output (zeros/constant/identity) passes even
+    after redraws gives no evidence, e.g. an edge shape like softmax over one column.
+    Its trials are still run (a candidate must pass them too), but a verdict can
+    never rest on such shapes alone.
+    """
+    bad = {t["shape_index"] for t in meta["trials"] if t["trivial"] and
+           len(t["trivial"]) == len(meta["shapes"][t["shape_index"]].get("outputs", [0]))}
+    if len(bad) == len(meta["shapes"]):
+        raise ProblemError("non-discriminating problem: " + "; ".join(meta["non_discriminating"]))
+    meta["non_discriminating_shapes"] = sorted(bad)
 
 
 ALLOWED_ATEN = sorted(P.ALLOWED_ATEN_OPS)

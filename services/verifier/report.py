@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from services.verifier.options import VERIFIER_VERSION
 
 if TYPE_CHECKING:
-    from schemas.events import SolutionVerified
+    from schemas.events import ChallengeContext, SolutionVerified
 
 # Stages in pipeline order; a verdict's stage is the earliest one that failed.
 STAGES = ("extraction", "static", "problem", "import", "runtime", "output", "numerics",
@@ -53,13 +53,22 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def to_payload(self, challenge_id: str, code_hash: str | None) -> SolutionVerified:
-        """The `solution.verified` payload of this verdict."""
+    def to_payload(self, challenge_id: str, code_hash: str | None, *,
+                   context: ChallengeContext | None = None, sample_index: int = 0,
+                   code: str | None = None) -> SolutionVerified:
+        """The `solution.verified` payload of this verdict.
+
+        The schema carries the challenge context (event-carried state), the sample index
+        and the code, so those are keyword arguments; `context` is required by the schema.
+        """
         from schemas.events import SolutionVerified, Timing  # lazy: pydantic only when emitting
 
+        if context is None:
+            raise ValueError("SolutionVerified needs the challenge context (schemas.events)")
         t = self.timings or Timings()
         return SolutionVerified(
-            challenge_id=challenge_id, code_hash=code_hash, verifier_version=self.verifier_version,
+            challenge_id=challenge_id, context=context, sample_index=sample_index, code=code,
+            code_hash=code_hash, verifier_version=self.verifier_version,
             passed=self.passed, stage=self.stage, reasons=list(self.reasons),
             device=self.device,  # type: ignore[arg-type]
             isolation=self.isolation, perf_measured=self.perf_measured,
