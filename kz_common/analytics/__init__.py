@@ -1,0 +1,1 @@
+"""Analytics over the Parquet event archive: DuckDB views, named queries, the HTML report."""

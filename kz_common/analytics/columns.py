@@ -1,0 +1,115 @@
+"""Typed columns of each per-event-type view, as DuckDB expressions over the archive row.
+
+`facts` is the payload without long strings (cheap to parse); bulky fields
+(code, raw output, problem source) come from `payload`. Kept in step with
+schemas/events.py by tests/kz_common/analytics/test_views.py.
+"""
+
+from __future__ import annotations
+
+ENVELOPE = ("event_id", "type", "schema_version", "produced_at", "producer_service",
+            "producer_version", "causation_id", "correlation_id", "topic", "partition", "offset")
+
+
+def f(path: str, sql_type: str = "VARCHAR", source: str = "facts") -> str:
+    """A typed scalar at JSON `path` of the payload."""
+    text = f"json_extract_string({source}, '$.{path}')"
+    return text if sql_type == "VARCHAR" else f"TRY_CAST({text} AS {sql_type})"
+
+
+def j(path: str, source: str = "facts") -> str:
+    """A JSON sub-document (list or object) of the payload."""
+    return f"json_extract({source}, '$.{path}')"
+
+
+def ctx(prefix: str = "context.") -> list[tuple[str, str]]:
+    """The challenge facts every downstream event carries."""
+    return [
+        ("op", f(f"{prefix}op")), ("family", f(f"{prefix}family")), ("dtype", f(f"{prefix}dtype")),
+        ("round", f(f"{prefix}round", "INTEGER")), ("difficulty", f(f"{prefix}difficulty", "INTEGER")),
+        ("purpose", f(f"{prefix}purpose")), ("eval_round", f(f"{prefix}eval_round", "INTEGER")),
+    ]
+
+
+SAMPLE = [("challenge_id", f("challenge_id")), ("sample_index", f("sample_index", "INTEGER"))]
+
+TYPE_COLUMNS: dict[str, list[tuple[str, str]]] = {
+    "round.started": [("round", f("round", "INTEGER")), ("n_challenges", f("n_challenges", "INTEGER")),
+                      ("seed", f("seed", "BIGINT"))],
+    "challenge.created": [
+        ("challenge_id", f("challenge_id")), *ctx(""), ("generator", f("generator")),
+        ("target_kind", f("target.kind")), ("target_value", f("target.value", "DOUBLE")),
+        ("shape_range", j("shape_range")), ("constraints", j("constraints")),
+        ("problem_source", f("problem_source", source="payload")),
+    ],
+    "curriculum.adjusted": [
+        ("family", f("family")), ("old_difficulty", f("old_difficulty", "INTEGER")),
+        ("new_difficulty", f("new_difficulty", "INTEGER")), ("pass_rate", f("pass_rate", "DOUBLE")),
+        ("window", f("window", "INTEGER")), ("reason", f("reason", source="payload")),
+    ],
+    "solution.sampled": [
+        *SAMPLE, *ctx(), ("n_samples", f("n_samples", "INTEGER")), ("backend", f("backend")),
+        ("model_id", f("model_id")), ("adapter", f("adapter")),
+        ("adapter_round", f("adapter_round", "INTEGER")),
+        ("temperature", f("sampling.temperature", "DOUBLE")), ("seed", f("sampling.seed", "BIGINT")),
+        ("prompt_hash", f("prompt_hash")), ("raw_output", f("raw_output", source="payload")),
+    ],
+    "solution.extracted": [
+        *SAMPLE, *ctx(), ("accepted", f("accepted", "BOOLEAN")), ("code_hash", f("code_hash")),
+        ("reason", f("reason", source="payload")), ("code", f("code", source="payload")),
+    ],
+    "solution.verified": [
+        *SAMPLE, *ctx(), ("verifier_version", f("verifier_version")), ("passed", f("passed", "BOOLEAN")),
+        ("stage", f("stage")), ("reasons", j("reasons", "payload")), ("device", f("device")),
+        ("isolation", f("isolation")), ("perf_measured", f("perf_measured", "BOOLEAN")),
+        ("candidate_ms", f("timing.candidate_ms", "DOUBLE")), ("naive_ms", f("timing.naive_ms", "DOUBLE")),
+        ("optimized_ms", f("timing.optimized_ms", "DOUBLE")),
+        ("speedup_vs_naive", f("speedup_vs_naive", "DOUBLE")),
+        ("speedup_vs_optimized", f("speedup_vs_optimized", "DOUBLE")),
+        ("roofline_fraction", f("roofline_fraction", "DOUBLE")),
+        ("max_rel_error", f("max_rel_error", "DOUBLE")), ("triton_launches", f("triton_launches", "INTEGER")),
+        ("code_hash", f("code_hash")), ("code", f("code", source="payload")),
+    ],
+    "sample.curated": [
+        *SAMPLE, ("verdict_event_id", f("verdict_event_id")), ("verifier_version", f("verifier_version")),
+        ("kept", f("kept", "BOOLEAN")), ("op", f("op")), ("family", f("family")), ("dtype", f("dtype")),
+        ("round", f("context.round", "INTEGER")), ("difficulty", f("context.difficulty", "INTEGER")),
+        ("purpose", f("context.purpose")), ("shape_bucket", f("shape_bucket")), ("score", f("score", "DOUBLE")),
+        ("reason", f("reason")), ("rule_hits", j("rule_hits", "payload")), ("code_hash", f("code_hash")),
+        ("code", f("code", source="payload")),
+    ],
+    "preference.recorded": [
+        ("challenge_id", f("challenge_id")), ("round", f("context.round", "INTEGER")),
+        ("family", f("context.family")), ("chosen_sample_id", f("chosen_sample_id")),
+        ("rejected_sample_id", f("rejected_sample_id")), ("chosen_score", f("chosen_score", "DOUBLE")),
+        ("rejected_score", f("rejected_score", "DOUBLE")), ("reason", f("reason")),
+    ],
+    "training.requested": [
+        ("round", f("round", "INTEGER")), ("dataset_hash", f("dataset_hash")),
+        ("n_new", f"json_array_length({j('new_sample_ids', 'payload')})"),
+        ("n_replay", f"json_array_length({j('replay_sample_ids', 'payload')})"),
+        ("new_sample_ids", j("new_sample_ids", "payload")),
+        ("replay_sample_ids", j("replay_sample_ids", "payload")),
+    ],
+    "round.trained": [
+        ("round", f("round", "INTEGER")), ("adapter_path", f("adapter_path")), ("base_model", f("base_model")),
+        ("dataset_hash", f("dataset_hash")), ("metrics", j("metrics")),
+    ],
+    "round.evaluated": [
+        ("round", f("round", "INTEGER")), ("adapter_path", f("adapter_path")),
+        ("promoted", f("promoted", "BOOLEAN")), ("reason", f("reason", source="payload")),
+        ("baseline_round", f("baseline_round", "INTEGER")), ("eval_pass_rates", j("eval_pass_rates")),
+        ("previous_pass_rates", j("previous_pass_rates")), ("eval_counts", j("eval_counts")),
+    ],
+    "dead.letter": [
+        ("source_topic", f("source_topic")), ("source_partition", f("partition", "INTEGER")),
+        ("source_offset", f("offset", "BIGINT")), ("consumer", f("consumer")),
+        ("error_kind", f("error_kind")), ("error", f("error", source="payload")),
+        ("original_event_id", f("original_event_id")),
+    ],
+}
+
+
+def view_name(event_type: str) -> str:
+    """'solution.verified' -> 'solution_verified'."""
+    return event_type.replace(".", "_")
