@@ -49,7 +49,7 @@ class _FlushOnRevoke(ConsumerRebalanceListener):
         self.archiver.flush()
 
     def on_partitions_assigned(self, assigned: object) -> None:
-        return None
+        self.archiver.assigned_at = time.monotonic()  # "no data yet" is measured from here
 
 
 class Archiver:
@@ -66,6 +66,7 @@ class Archiver:
         self._next: dict[TopicPartition, int] = {}  # offsets to commit once _rows are on disk
         self._first_buffered = 0.0
         self._consumer: KafkaConsumer | None = None
+        self.assigned_at = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -83,7 +84,8 @@ class Archiver:
                 idle_since = time.monotonic() if got else idle_since
                 if self._due() or (until_caught_up and not got):
                     self.flush()
-                if until_caught_up and self._caught_up(time.monotonic() - idle_since):
+                quiet_s = time.monotonic() - max(idle_since, self.assigned_at)
+                if until_caught_up and self._caught_up(quiet_s):
                     break
                 if until_caught_up and time.monotonic() > deadline:
                     raise BrokerUnavailable(f"archiver did not catch up within {max_s:.0f} s")
