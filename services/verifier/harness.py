@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 _load, _save, _equal = torch.load, torch.save, torch.equal
+_cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 _ALLOWED = frozenset(JOB["allowed_aten"])
 _POISONED = frozenset(JOB["poisoned_aten"])
@@ -164,7 +165,7 @@ def _run_call(model: torch.nn.Module, call: dict, index: int) -> None:
         with torch.no_grad(), tracer:
             out = model(*inputs)
         if DEVICE == "cuda":
-            torch.cuda.synchronize()
+            _cuda_sync()  # surfaces asynchronous kernel faults inside this call
     except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
         rec["errors"].append(["runtime", f"forward raised {type(exc).__name__}: {str(exc)[:300]}"])
         out = None

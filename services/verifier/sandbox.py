@@ -322,6 +322,17 @@ def _killpg(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
         pass
 
 
+def live_uid_processes(lo: int, hi: int) -> list[int]:
+    """Pids of live processes whose real uid is in [lo, hi)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            u = _proc_uid(entry)
+            if u is not None and lo <= u < hi:
+                out.append(int(entry))
+    return out
+
+
 def _kill_uid(uid: int) -> None:
     """Kill every process still running as the slot's uid (escaped process groups)."""
     for _ in range(3):
@@ -339,9 +350,12 @@ def _kill_uid(uid: int) -> None:
 
 
 def _proc_uid(pid: str) -> int | None:
+    """Real uid of a live process (None for zombies: already dead, awaiting a reaper)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
+                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                    return None
                 if line.startswith("Uid:"):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):

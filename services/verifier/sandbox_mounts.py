@@ -97,7 +97,8 @@ def bwrap_args(view: View, staged: dict[str, str]) -> list[str]:
     if view.device == "cuda":
         for n in gpu_nodes():
             a += ["--dev-bind", n, n]
-    return a + ["--chdir", WORK, "--"]
+    # The root is bwrap's own tmpfs (dirs it made for the binds): read-only too.
+    return a + ["--remount-ro", "/", "--chdir", WORK, "--"]
 
 
 def _link_args(link, bind) -> list[str]:  # type: ignore[no-untyped-def]
@@ -147,7 +148,8 @@ def chroot_script(view: View, root: str) -> str:
               f"mount --bind {q(view.inputs)} {R}{INPUTS} && "
               f"mount -o remount,bind,ro {R}{INPUTS}",
               f"mount --bind {q(view.cache)} {R}{CACHE}",
-              f"ln -s /proc/self/fd {R}/dev/fd", f"mkdir -p {R}/dev/shm"]
+              f"ln -s /proc/self/fd {R}/dev/fd", f"mkdir -p {R}/dev/shm",
+              f"mount -t tmpfs -o mode=1777,size=256m kzshm {R}/dev/shm"]
     nodes = [f"/dev/{n}" for n in _DEV_NODES if os.path.exists(f"/dev/{n}")]
     nodes += gpu_nodes() if view.device == "cuda" else []
     for n in nodes:

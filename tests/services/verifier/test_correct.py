@@ -1,0 +1,60 @@
+"""Correct kernels must pass: our fixtures and the catalogue's reference solutions."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.verifier.core import verify_many
+from services.verifier.report import VerifyReport
+from tests.services.verifier.conftest import CORRECT, CPU_OPTIONS
+
+
+@pytest.mark.parametrize("solution", [s for _, s in CORRECT])
+def test_correct_kernel_passes(solution: str, correct_verdicts: dict[str, VerifyReport]) -> None:
+    r = correct_verdicts[solution]
+    assert r.passed, r.reasons
+    assert r.stage == "passed" and r.reasons == []
+    assert r.triton_launches and r.triton_launches >= 3
+    assert r.max_rel_error is not None and r.max_rel_error < 0.05
+    assert not r.perf_measured and r.timings is None  # CPU mode measures no performance
+    assert r.isolation.split("+")[0] in ("bwrap", "unshare", "uid", "rlimits")
+    assert {"torch", "triton", "python", "isolation"} <= set(r.fingerprint)
+
+
+def test_several_shapes_and_trials_were_checked(correct_verdicts: dict[str, VerifyReport]) -> None:
+    r = correct_verdicts["softmax_ok"]
+    assert len(r.details["shapes"]) == 3 and r.details["trials"] == 9
+    assert {"rows": 5, "cols": 33} in r.details["shapes"]  # non-power-of-two shape
+
+
+def test_report_payload_round_trips(correct_verdicts: dict[str, VerifyReport]) -> None:
+    pytest.importorskip("pydantic")
+    from kz_common.ops import cpu_test_range, render_problem
+    from schemas.events import ChallengeContext, ChallengeCreated, Target
+
+    challenge = ChallengeCreated(
+        challenge_id="c1", op="add", family="elementwise", dtype="float32",
+        shape_range=cpu_test_range("add"), target=Target(kind="naive_multiple", value=1.0),
+        difficulty=0, generator="programmatic", round=0,
+        problem_source=render_problem("add", "float32", cpu_test_range("add")))
+    payload = correct_verdicts["add_ok"].to_payload("c1", "h" * 8,
+                                                    context=ChallengeContext.of(challenge),
+                                                    sample_index=3, code="src")
+    assert payload.passed and payload.stage == "passed" and payload.code_hash == "h" * 8
+    assert payload.sample_index == 3 and payload.isolation.startswith(("bwrap", "unshare"))
+    with pytest.raises(ValueError):
+        correct_verdicts["add_ok"].to_payload("c1", None)
+
+
+@pytest.mark.slow
+def test_catalogue_reference_solutions_pass() -> None:
+    """Every hand-written reference solution passes against its rendered problem."""
+    from kz_common.kernels import available_ops, reference_solution
+    from kz_common.ops import cpu_test_range, render_problem
+
+    ops = available_ops()
+    pairs = [(render_problem(op, "float32", cpu_test_range(op)), reference_solution(op))
+             for op in ops]
+    reports = verify_many(pairs, CPU_OPTIONS, workers=2)
+    failed = {op: r.reasons for op, r in zip(ops, reports) if not r.passed}
+    assert not failed

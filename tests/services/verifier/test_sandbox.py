@@ -1,0 +1,162 @@
+"""Isolation of every sandbox mode this host offers, probed with small hostile scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.verifier import sandbox
+from services.verifier import sandbox_mounts as M
+
+MODES = sandbox.available_modes("cpu")
+UID_MODES = [m for m in MODES if m.endswith("uid") or m == "uid+rlimits"]
+NS_MODES = [m for m in MODES if m.startswith(("bwrap", "unshare"))]
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture()
+def base() -> Iterator[Path]:
+    b = Path("/tmp") / f"kzv-test-{uuid.uuid4().hex[:8]}"
+    for d in ("work", "inputs", "cache"):
+        (b / d).mkdir(parents=True)
+    os.chmod(b, 0o711)
+    yield b
+    shutil.rmtree(b, ignore_errors=True)
+
+
+def run(mode: str, base: Path, code: str, **limits: float) -> sandbox.RunResult:
+    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
+    lim = sandbox.Limits(wall_s=limits.get("wall_s", 60), cpu_s=int(limits.get("cpu_s", 60)),
+                         memory_bytes=int(limits.get("memory", 4 << 30)),
+                         nproc=int(limits.get("nproc", 64)),
+                         fsize_bytes=int(limits.get("fsize", 16 << 20)))
+    argv = [sys.executable, "-I", "-c", code]
+    return sandbox.run(mode, view, argv, {"KZ_TEST": "1"}, lim, b"", base)
+
+
+def probe(mode: str, base: Path, code: str, **limits: float) -> dict:
+    res = run(mode, base, code + "\nimport json; print('RESULT' + json.dumps(R))", **limits)
+    line = [x for x in res.stdout_tail.splitlines() if x.startswith("RESULT")]
+    assert line, (res.describe(), res.stdout_tail, res.stderr_tail)
+    return json.loads(line[-1][6:])
+
+
+def test_strongest_mode_is_preferred() -> None:
+    assert MODES[-1] == "rlimits"
+    if os.geteuid() == 0 and shutil.which("bwrap"):
+        assert MODES[0] == "bwrap+uid"
+
+
+@pytest.mark.parametrize("mode", UID_MODES)
+def test_uid_is_dropped_and_root_files_unreadable(mode: str, base: Path) -> None:
+    secret = base / "secret"
+    secret.write_text("hunter2")
+    os.chmod(secret, 0o600)
+    r = probe(mode, base, f"""
+import os
+R = {{"uid": os.getuid(), "euid": os.geteuid()}}
+for p in ("/etc/shadow", {str(secret)!r}):
+    try:
+        R[p] = open(p).read()
+    except OSError as e:
+        R[p] = type(e).__name__
+""")
+    assert r["uid"] != 0 and r["euid"] != 0
+    assert r[str(secret)] != "hunter2" and r["/etc/shadow"] in ("PermissionError",
+                                                               "FileNotFoundError")
+
+
+@pytest.mark.parametrize("mode", NS_MODES)
+def test_namespace_modes_hide_the_repo_and_the_network(mode: str, base: Path) -> None:
+    r = probe(mode, base, f"""
+import os, socket
+R = {{"repo": os.path.exists({str(REPO / 'services')!r}),
+     "root": sorted(os.listdir("/")), "ifaces": [n for _, n in socket.if_nameindex()],
+     "env": sorted(os.environ)}}
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=1)
+    R["net"] = "connected"
+except OSError as e:
+    R["net"] = type(e).__name__
+for p in ("/usr/kz_probe", "/etc/kz_probe", "/kz/inputs/kz_probe"):
+    try:
+        open(p, "w").write("x")
+        R[p] = "written"
+    except OSError as e:
+        R[p] = type(e).__name__
+open("/kz/work/ok", "w").write("x")
+""")
+    assert r["repo"] is False
+    assert r["net"] != "connected" and r["ifaces"] in ([], ["lo"])
+    assert "work" not in r["root"] and "root" in r["root"] or "kz" in r["root"]
+    assert all(r[p] != "written" for p in ("/usr/kz_probe", "/etc/kz_probe",
+                                             "/kz/inputs/kz_probe"))
+    assert (base / "work" / "ok").exists()
+    assert set(r["env"]) <= {"KZ_TEST", "PATH", "PWD", "LC_CTYPE"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hang_is_killed_at_the_wall_clock(mode: str, base: Path) -> None:
+    res = run(mode, base, "while True: pass", wall_s=3)
+    assert res.timed_out and res.wall_s < 15
+    assert "timed out" in res.describe()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_segfault_is_reported(mode: str, base: Path) -> None:
+    res = run(mode, base, "import ctypes; ctypes.string_at(0)")
+    assert not res.timed_out and "SIGSEGV" in res.describe(), res.describe()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_memory_and_file_size_limits(mode: str, base: Path) -> None:
+    big = run(mode, base, "x = bytearray(8 << 30); print('allocated')", memory=2 << 30)
+    assert "allocated" not in big.stdout_tail and big.returncode != 0
+    f = run(mode, base, "open('big', 'wb').write(b'x' * (32 << 20)); print('wrote')",
+            fsize=1 << 20)
+    assert "wrote" not in f.stdout_tail and f.returncode != 0
+
+
+@pytest.mark.parametrize("mode", UID_MODES)
+def test_fork_bomb_is_contained(mode: str, base: Path) -> None:
+    r = probe(mode, base, """
+import os, time
+kids = 0
+try:
+    for _ in range(10000):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids += 1
+    R = {"kids": kids, "stopped": False}
+except OSError as e:
+    R = {"kids": kids, "stopped": type(e).__name__}
+""", nproc=24, wall_s=40)
+    assert r["stopped"] and r["kids"] < 24
+
+
+@pytest.mark.parametrize("mode", UID_MODES)
+def test_escaped_processes_are_killed_at_teardown(mode: str, base: Path) -> None:
+    res = run(mode, base, """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    open("/proc/self/stat").read()
+    time.sleep(300)
+    os._exit(0)
+print("parent done")
+""")
+    assert "parent done" in res.stdout_tail
+    deadline = time.monotonic() + 3  # SIGKILLed processes take a moment to go
+    while sandbox.live_uid_processes(sandbox.UID_BASE, sandbox.UID_BASE + 64):
+        assert time.monotonic() < deadline, "a sandboxed process survived teardown"
+        time.sleep(0.05)
