@@ -85,6 +85,8 @@ def replay(settings: Settings, bootstrap: str, topic: str, *, tag: str, source: 
 def _fresh_copy(doc: dict[str, Any], tag: str) -> dict[str, Any] | None:
     if not isinstance(doc.get("event_id"), str) or not isinstance(doc.get("correlation_id"), str):
         return None
+    if doc.get("producer") == {"service": "replay", "version": tag}:
+        return None  # already a copy under this tag: copying it again would compound replays
     return {**doc, "event_id": derived_event_id(doc["event_id"], f"replay:{tag}", 0),
             "produced_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
             "producer": {"service": "replay", "version": tag}}
