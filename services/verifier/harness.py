@@ -35,7 +35,17 @@ REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [
 class _State:
     suspended = 0
     launches = 0
+    side_stream = 0
     violations: list[str] = []
+
+
+if DEVICE == "cuda":
+    _current_stream, _default_stream = torch.cuda.current_stream, torch.cuda.default_stream
+
+
+def _on_side_stream() -> bool:
+    """Triton launches on torch's current stream; ours is always the default one."""
+    return DEVICE == "cuda" and _current_stream().cuda_stream != _default_stream().cuda_stream
 
 
 def _poison(t: object) -> None:
@@ -72,6 +82,7 @@ def _wrap_launch(cls: type) -> None:
     def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         if not kwargs.get("warmup", False):
             _State.launches += 1
+            _State.side_stream += _on_side_stream()
         _State.suspended += 1  # the CPU interpreter itself runs torch ops
         try:
             return real(self, *args, **kwargs)
@@ -158,7 +169,7 @@ def _run_call(model: torch.nn.Module, call: dict, index: int) -> None:
     if DEVICE == "cuda":
         _poison_cuda()
     threads0 = _threads()
-    _State.launches, _State.violations = 0, []
+    _State.launches, _State.violations, _State.side_stream = 0, [], 0
     rec: dict = {"index": index, "errors": []}
     tracer = Tracer()
     try:
@@ -170,6 +181,9 @@ def _run_call(model: torch.nn.Module, call: dict, index: int) -> None:
         rec["errors"].append(["runtime", f"forward raised {type(exc).__name__}: {str(exc)[:300]}"])
         out = None
     rec["launches"], rec["aten_violations"] = _State.launches, sorted(set(_State.violations))[:20]
+    if _State.side_stream:
+        rec["errors"].append(["runtime", f"{_State.side_stream} Triton launches on a non-default "
+                                         "stream (side stream escapes the timer)"])
     if _threads() != threads0:
         rec["errors"].append(["runtime", "forward started threads (thread compute outside the "
                                           "traced thread)"])

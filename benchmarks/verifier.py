@@ -1,0 +1,266 @@
+"""Verifier benchmark (GPU): throughput with full checks, timer agreement, run-to-run spread.
+
+    python benchmarks/verifier.py --out DIR [--workers N] [--quick]
+
+Skips gracefully (exit 0, JSON says why) where CUDA is unavailable. Writes
+DIR/verifier_bench.json and prints a table. Measures:
+  * candidates verified per minute (full checks: static, sandbox, trials, timing) for a
+    batch of honest kernels (BLOCK variants + the catalogue's reference solutions) and
+    cheats, cold (fresh compile caches) and warm (same sources again: compile cache hits);
+  * our timer's median vs triton.testing.do_bench's median on the same kernels (target 3%);
+  * run-to-run spread of our median over repeated timings (target 2%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+TESTS = REPO / "tests" / "services" / "verifier"
+
+ADD_PROBLEM = '''
+import torch
+import torch.nn as nn
+n = 1 << 24
+KZ_DEVICE = "cuda"
+KZ_SHAPES = [{"n": 1 << 24}, {"n": 1000003}, {"n": 4097}]
+KZ_META = {"op": "vector_add", "family": "elementwise", "dtype": "float32"}
+class Model(nn.Module):
+    def forward(self, x, y):
+        return x + y
+def get_inputs():
+    return [torch.randn(n, device=KZ_DEVICE), torch.randn(n, device=KZ_DEVICE)]
+def get_init_inputs():
+    return []
+'''
+
+SOFTMAX_PROBLEM = '''
+import torch
+import torch.nn as nn
+rows, cols = 8192, 2048
+KZ_DEVICE = "cuda"
+KZ_SHAPES = [{"rows": 8192, "cols": 2048}, {"rows": 1000, "cols": 1000}, {"rows": 33, "cols": 77}]
+KZ_META = {"op": "row_softmax", "family": "softmax", "dtype": "float16"}
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+class ModelOpt(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.softmax(x, dim=-1)
+def get_inputs():
+    return [torch.randn(rows, cols, device=KZ_DEVICE, dtype=torch.float16)]
+def get_init_inputs():
+    return []
+'''
+
+ADD_SOLUTION = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask),
+             mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        n = x.numel()
+        add_kernel[(triton.cdiv(n, {block}),)](x, y, out, n, BLOCK={block}, num_warps={warps})
+        return out
+'''
+
+SOFTMAX_SOLUTION = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    num = tl.exp(x - tl.max(x, axis=0))
+    y = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * n_cols + offs, y.to(tl.float16), mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        rows, cols = x.shape
+        out = torch.empty_like(x)
+        block = max(triton.next_power_of_2(cols), {min_block})
+        softmax_kernel[(rows,)](x, out, cols, BLOCK=block, num_warps={warps})
+        return out
+'''
+
+
+def honest_batch() -> list[tuple[str, str, str]]:
+    """(label, problem, solution): distinct sources, so each one compiles cold once."""
+    out = []
+    for block in (256, 512, 1024, 2048, 4096):
+        for warps in (2, 4, 8):
+            out.append((f"add_b{block}_w{warps}", ADD_PROBLEM,
+                        ADD_SOLUTION.format(block=block, warps=warps)))
+    for min_block in (16, 32, 64, 128, 256):
+        for warps in (4, 8):
+            out.append((f"softmax_m{min_block}_w{warps}", SOFTMAX_PROBLEM,
+                        SOFTMAX_SOLUTION.format(min_block=min_block, warps=warps)))
+    try:
+        from kz_common.kernels import available_ops, reference_solution
+        from kz_common.ops import get_op, render_problem
+
+        for op in available_ops():
+            spec = get_op(op)
+            dtype = "float16" if "float16" in spec.dtypes else spec.dtypes[0]
+            problem = render_problem(op, dtype, dict(spec.default_range), device="cuda")
+            out.append((f"catalogue_{op}", problem, reference_solution(op)))
+    except Exception as exc:  # noqa: BLE001 - the catalogue is optional for this benchmark
+        print(f"(catalogue unavailable: {exc})")
+    return out
+
+
+def cheat_batch() -> list[tuple[str, str, str]]:
+    sys.path.insert(0, str(REPO))
+    from tests.services.verifier.conftest import ALL_CHEATS, problem_src
+
+    return [(f"cheat_{c.name}", problem_src(c.problem_for("cuda")), c.source)
+            for c in ALL_CHEATS if c.name not in ("hang",)]  # hang only costs its timeout
+
+
+def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str) -> dict[str, Any]:
+    from services.verifier.core import verify_many
+    from services.verifier.options import VerifyOptions
+
+    options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
+                            wall_timeout_s=240, timing_timeout_s=120)
+    t0 = time.monotonic()
+    reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
+    wall = time.monotonic() - t0
+    rows = []
+    for (label, _, _), r in zip(batch, reports):
+        t = r.timings
+        rows.append({"label": label, "passed": r.passed, "stage": r.stage,
+                     "reasons": r.reasons[:3], "isolation": r.isolation,
+                     "candidate_ms": t.candidate_ms if t else None,
+                     "naive_ms": t.naive_ms if t else None, "spread": t.spread if t else None,
+                     "speedup_vs_naive": r.speedup_vs_naive,
+                     "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s")})
+    honest = [x for x in rows if not x["label"].startswith("cheat_")]
+    cheats = [x for x in rows if x["label"].startswith("cheat_")]
+    return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
+            "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
+            "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
+            "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
+
+
+def timer_agreement() -> list[dict[str, Any]]:
+    """Our Timer vs triton.testing.do_bench (median) on honest kernels, plus spread."""
+    import triton.testing
+
+    from services.verifier.timing import Timer
+
+    out = []
+    cases = [("add_16M_fp32", ADD_SOLUTION.format(block=1024, warps=4),
+              lambda: [torch.randn(1 << 24, device="cuda"), torch.randn(1 << 24, device="cuda")]),
+             ("softmax_8192x2048_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=8),
+              lambda: [torch.randn(8192, 2048, device="cuda", dtype=torch.float16)]),
+             ("softmax_65536x1024_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=4),
+              lambda: [torch.randn(65536, 1024, device="cuda", dtype=torch.float16)])]
+    for name, src, make in cases:
+        model = _module_from_source(src, name).ModelNew()
+        x = make()
+        fn = lambda: model(*x)  # noqa: E731
+        medians = [Timer().time([fn], warmup=5, runs=100)["median_ms"] for _ in range(5)]
+        try:
+            ref = triton.testing.do_bench(fn, warmup=25, rep=300, return_mode="median")
+        except TypeError:
+            ref = triton.testing.do_bench(fn, warmup=25, rep=300, quantiles=[0.5])
+        ours = statistics.median(medians)
+        out.append({"kernel": name, "ours_ms": ours, "do_bench_ms": float(ref),
+                    "rel_diff": abs(ours - ref) / ref,
+                    "run_to_run_spread": (max(medians) - min(medians)) / ours,
+                    "medians_ms": medians})
+    return out
+
+
+def _module_from_source(src: str, name: str) -> Any:
+    path = Path(tempfile.mkdtemp(prefix="kzbench-")) / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:
+    def fmt(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    lines = [title, " | ".join(cols), " | ".join("---" for _ in cols)]
+    lines += [" | ".join(fmt(r.get(c)) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 4))
+    ap.add_argument("--quick", action="store_true", help="smaller batch, no warm pass")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"torch": torch.__version__}
+    if not torch.cuda.is_available():
+        result["skipped"] = "no CUDA device: nothing to benchmark"
+        print(result["skipped"])
+        (args.out / "verifier_bench.json").write_text(json.dumps(result, indent=1))
+        return 0
+    from services.verifier.sandbox import available_modes
+
+    result["isolation_modes"] = list(available_modes("cuda"))
+    result["gpu"] = torch.cuda.get_device_name()
+    batch = honest_batch() + cheat_batch()
+    if args.quick:
+        batch = batch[::3]
+    cache = tempfile.mkdtemp(prefix="kzbench-cache-")
+    result["cold"] = run_batch(batch, args.workers, cache)
+    if not args.quick:
+        result["warm"] = run_batch(batch, args.workers, cache)
+    result["timer"] = timer_agreement()
+    (args.out / "verifier_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    print(_table("verification throughput", [
+        {"pass": k, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
+         "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
+         "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
+        for k, v in result.items() if k in ("cold", "warm")],
+        ["pass", "candidates", "wall_s", "per_min", "honest_passed", "cheats_rejected"]))
+    print(_table("\ntimer vs do_bench", result["timer"],
+                 ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread"]))
+    bad = [r for r in result["cold"]["rows"] if r["passed"] == r["label"].startswith("cheat_")]
+    print(_table("\nunexpected verdicts (honest rejected / cheat passed)", bad,
+                 ["label", "passed", "stage", "reasons"]))
+    print(f"\nisolation: {result['isolation_modes']}; wrote {args.out / 'verifier_bench.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

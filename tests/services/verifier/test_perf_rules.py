@@ -1,0 +1,28 @@
+"""Speed-of-light bound and roofline arithmetic (pure functions, CPU)."""
+
+from __future__ import annotations
+
+from services.verifier import perf
+
+PEAK = {"copy_bytes_per_s": 4.0e12, "flops": {"float16": 8.0e14}, "device_name": "GPU"}
+SHAPE = {"input_bytes": 4.0e9, "output_bytes": 4.0e9}  # 1 ms just to read the inputs
+
+
+def test_speed_of_light_from_bytes_and_flops() -> None:
+    b = perf.bounds(SHAPE, PEAK, flops=1.6e12, bytes_moved=None, dtype="float16")
+    assert abs(b["sol_s"] - 2e-3) < 1e-12  # the flops bound (2 ms) dominates the bytes (1 ms)
+    b = perf.bounds(SHAPE, PEAK, flops=None, bytes_moved=None, dtype="float16")
+    assert abs(b["sol_s"] - 1e-3) < 1e-12 and b["bytes"] == 8.0e9
+
+
+def test_roofline_fraction() -> None:
+    b = perf.bounds(SHAPE, PEAK, flops=None, bytes_moved=8.0e9, dtype="float16")
+    assert abs(perf.roofline_fraction(4e-3, b) - 0.5) < 1e-9  # 8 GB in 4 ms at 4 TB/s peak
+
+
+def test_catalogue_costs_are_used_when_available() -> None:
+    flops, moved = perf.op_costs("matmul", {"M": 64, "N": 32, "K": 16}, "float32")
+    if flops is not None:  # the catalogue is optional; when present its cost model is used
+        assert flops > 0 and moved and moved > 0
+    assert perf.op_costs(None, {}, "float32") == (None, None)
+    assert perf.op_costs("no_such_op", {}, "float32") == (None, None)
