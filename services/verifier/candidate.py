@@ -100,7 +100,8 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
         "nonce": uuid.uuid4().hex, "device": options.device, "work": inside.work,
         "inputs": inside.inputs, "allowed_aten": sorted(P.ALLOWED_ATEN_OPS),
         "poisoned_aten": sorted(P.POISONED_ATEN_OPS), "int_poison": P.INT_POISON,
-        "calls": [{"shape_index": t["shape_index"], "file": t["file"]} for t in meta["trials"]],
+        "calls": [{"shape_index": t["shape_index"], "file": t["file"],
+                   "save_inputs": t["trial"] == 0} for t in meta["trials"]],
         "shapes": [{"init_file": s["init_file"], "init_seed": s["init_seed"],
                     "state_file": s["state_file"]} for s in meta["shapes"]],
     }
@@ -122,6 +123,7 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
     report = W.load_json(work / "out" / "report.json")
     if report is None or report.get("nonce") != job["nonce"]:
         o.fail("runtime", f"no valid harness report: {res.describe()}")
+        o.details["stderr_tail"] = res.stderr_tail[-1500:]  # diagnostics only, never trusted
         return o
     _report_failures(o, report, job, res)
     cap = options.fsize_mb << 20
@@ -130,7 +132,8 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
         if data is None and not o.failures:
             o.fail("output", f"call {i}: no readable outputs")
         if data is not None:
-            _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})")
+            _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})",
+                        expect_inputs=bool(call.get("save_inputs")))
     if not o.failures and job.get("timing"):
         _check_timing(o, work, report, bundle, cap)
     return o
@@ -174,17 +177,24 @@ def _stage_msg(err: Any) -> tuple[str, str]:
     return "runtime", str(err)[:500]
 
 
-def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: str) -> None:
+def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: str,
+                expect_inputs: bool = False) -> None:
     refs, inputs = bundle.refs[i], bundle.inputs[i]
+    after = data.get("inputs_after") if isinstance(data, dict) else None
     if not (isinstance(data, dict) and isinstance(data.get("outputs"), list)
-            and isinstance(data.get("inputs_after"), list)):
+            and (after is None or isinstance(after, list))):
         o.fail("output", f"{where}: malformed output file")
         return
-    outs, after = data["outputs"], data["inputs_after"]
+    outs = data["outputs"]
     if len(outs) != len(refs):
         o.fail("output", f"{where}: {len(outs)} outputs, expected {len(refs)}")
         return
-    if len(after) != len(inputs) or not all(_same_bits(a, b) for a, b in zip(after, inputs)):
+    if expect_inputs and after is None:
+        o.fail("output", f"{where}: inputs were not returned for checking")
+        return
+    after = after or []
+    if expect_inputs and (len(after) != len(inputs)
+                          or not all(_same_bits(a, b) for a, b in zip(after, inputs))):
         o.fail("runtime", f"{where}: inputs were modified (input mutation)")
     in_ptrs = {x.untyped_storage().data_ptr() for x in after
                if type(x) is torch.Tensor and x.numel()}
@@ -197,7 +207,8 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
         cmp = compare(out, ref, tol) if tol else compare(out, ref, _EXACT)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
-            o.fail("numerics", f"{where}: output {j}: {cmp.reason}{_name_it(o, out, after, i)}")
+            named = _name_it(o, out, inputs, i)
+            o.fail("numerics", f"{where}: output {j}: {cmp.reason}{named}")
         o.seen.setdefault(_digest(out), i)
 
 

@@ -28,6 +28,25 @@ class Cgroup:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.dirs]
 
+    def events(self) -> list[str]:
+        """Limit hits worth reporting (OOM kills, pid limit), read before removal."""
+        notes = []
+        for d in self.dirs:
+            for name, key in (("memory.events", "oom_kill"), ("pids.events", "max")):
+                try:
+                    for line in (d / name).read_text().splitlines():
+                        k, _, v = line.partition(" ")
+                        if k == key and v.strip() not in ("", "0"):
+                            notes.append(f"cgroup {name}: {k} {v.strip()}")
+                except OSError:
+                    pass
+            try:
+                if int((d / "memory.failcnt").read_text()) > 0:
+                    notes.append("cgroup memory limit reached")
+            except (OSError, ValueError):
+                pass
+        return notes
+
     def kill(self) -> None:
         if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
             _write(self.dirs[0] / "cgroup.kill", "1")

@@ -69,7 +69,7 @@ class RunResult:
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else sig
             hint = {"SIGKILL": " (memory/CPU limit or sandbox kill)", "SIGXCPU": " (CPU limit)",
                     "SIGSEGV": " (segfault)", "SIGABRT": " (abort)"}.get(str(name), "")
-            return f"process killed by {name}{hint}"
+            return f"process killed by {name}{hint}" + "".join(f"; {n}" for n in self.notes)
         return f"process exited with code {rc}"
 
 
@@ -151,12 +151,31 @@ def inside_view(mode: str, view: M.View) -> M.View:
 
 def _prlimit(limits: Limits, device: str) -> list[str]:
     if not shutil.which("prlimit"):
-        raise SandboxError("prlimit (util-linux) is required for rlimits")
+        return []  # _rlimit_preexec applies them instead
     a = ["prlimit", f"--cpu={limits.cpu_s}:{limits.cpu_s + 5}", "--core=0",
          f"--fsize={limits.fsize_bytes}", f"--nproc={limits.nproc}", "--nofile=4096"]
     if device == "cpu" and limits.memory_bytes:
         a.append(f"--as={limits.memory_bytes}")  # CUDA needs huge virtual reservations
     return a + ["--"]
+
+
+def _rlimit_preexec(limits: Limits, device: str) -> Callable[[], None]:
+    """Fallback where prlimit is missing (preexec_fn: only resource calls, no imports)."""
+    import resource
+
+    pairs = [(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5)),
+             (resource.RLIMIT_CORE, (0, 0)),
+             (resource.RLIMIT_FSIZE, (limits.fsize_bytes, limits.fsize_bytes)),
+             (resource.RLIMIT_NPROC, (limits.nproc, limits.nproc)),
+             (resource.RLIMIT_NOFILE, (4096, 4096))]
+    if device == "cpu" and limits.memory_bytes:
+        pairs.append((resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes)))
+
+    def apply() -> None:
+        for res, value in pairs:
+            resource.setrlimit(res, value)
+
+    return apply
 
 
 def _setpriv(uid: int) -> list[str]:
@@ -218,7 +237,9 @@ def run(mode: str, view: M.View, argv: list[str], env: dict[str, str], limits: L
         cmd = _command(mode, view, argv, uid, cg, base, limits)
         iso = mode + ("+cgroup" if cg else "")
         env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin too (chroot)
-        return _supervise(cmd, env, limits, stdin_data, view, iso, on_ready)
+        res = _supervise(cmd, env, limits, stdin_data, view, iso, on_ready)
+        res.notes.extend(cg.events() if cg else [])
+        return res
     finally:
         _kill_uid(uid) if uid >= UID_BASE else None
         if cg:
@@ -243,8 +264,10 @@ def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: 
     t0 = time.monotonic()
     err_path = Path(view.work) / ".stderr"
     with open(err_path, "wb") as err:
+        preexec = None if shutil.which("prlimit") else _rlimit_preexec(limits, view.device)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                env=env, start_new_session=True, close_fds=True)
+                                env=env, start_new_session=True, close_fds=True,
+                                preexec_fn=preexec)
     reader = _Reader(proc)
     reader.start()
     timed_out = False

@@ -105,7 +105,7 @@ def cheat_verdicts() -> dict[str, VerifyReport]:
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-GPU_OPTIONS = VerifyOptions(device="cuda", wall_timeout_s=180, cpu_seconds=300,
+GPU_OPTIONS = VerifyOptions(device="cuda", wall_timeout_s=120, cpu_seconds=90,
                             reference_timeout_s=180, n_timing_runs=30)
 
 
