@@ -80,6 +80,8 @@ class Session:
     def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
         o = self.options
         name = perf.gpu_name_hint()
+        # Every bundle built before a peak is cached measures one (~1 s of GPU): no verdict
+        # may miss its speed-of-light check because another bundle's measurement failed.
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
         try:
             b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
@@ -162,8 +164,9 @@ class Session:
                   bundle: reference.ReferenceBundle, c_ms: float, t: dict[str, Any]) -> None:
         peak = bundle.meta.get("peak") or perf.load_peak(self.options.cache,
                                                          bundle.meta.get("device_name"))
-        if not peak:
-            rep.details["roofline"] = "no peak measurement"
+        if not peak:  # without it no time can be judged impossible: never pass unchecked
+            out.fail("internal", "no peak-bandwidth measurement: cannot apply the "
+                                 "speed-of-light check (verifier infrastructure)")
             return
         shape = bundle.meta["shapes"][t["shape_index"]]
         dtype = shape["outputs"][0]["dtype"] if shape.get("outputs") else "float32"

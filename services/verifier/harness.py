@@ -17,6 +17,8 @@ import sys
 import threading
 import traceback
 
+# Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
+_CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 import torch  # noqa: E402
@@ -242,11 +244,12 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     sets = [[_to_device(x) for x in _load(os.path.join(JOB["inputs"], f), weights_only=True)]
             for f in spec["files"]]
     fns = [lambda s=s: model(*s) for s in sets]
-    print("KZ-READY", flush=True)  # the parent takes the GPU lock, then says go
+    _CTRL.write("KZ-READY\n")  # the parent takes the GPU lock, then says go
     if sys.stdin.readline().strip() != "GO":
         return
     with torch.no_grad():
         stats = TIMER.time(fns, warmup=spec["warmup"], runs=spec["runs"])
+    _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
     last = stats.pop("last_outputs")
     REPORT["timing"] = stats
     for k, out in enumerate(last):

@@ -16,6 +16,8 @@ import random
 import sys
 import traceback
 
+# Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
+_CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 JOB = json.loads(sys.stdin.readline())
 sys.path.insert(0, JOB["work"])
 
@@ -158,7 +160,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
         setattr(mod, k, v)
     baselines = _baselines(mod, s, models[s])
     timer = Timer(spec["flush_bytes"])
-    print("KZ-READY", flush=True)
+    _CTRL.write("KZ-READY\n")
     if sys.stdin.readline().strip() != "GO":
         return
     out = {"shape_index": s, "files": [META["trials"][i]["file"] for i in trials],
@@ -172,6 +174,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
                 out[name] = stats
         if JOB.get("measure_peak"):
             META["peak"] = _peak(timer)
+    _CTRL.write("KZ-DONE\n")
     META["timing"] = out
 
 

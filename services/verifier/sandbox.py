@@ -31,7 +31,7 @@ from services.verifier import sandbox_mounts as M
 from services.verifier.exceptions import SandboxError
 
 MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
-READY = "KZ-READY"
+READY, DONE = "KZ-READY", "KZ-DONE"
 UID_BASE = 61000
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -263,31 +263,36 @@ def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: 
                view: M.View, iso: str, on_ready: Gate | None) -> RunResult:
     t0 = time.monotonic()
     err_path = Path(view.work) / ".stderr"
+    # Control channel (READY/DONE) on its own pipe: the candidate's prints cannot forge it.
+    ctrl_r, ctrl_w = os.pipe()
     with open(err_path, "wb") as err:
         preexec = None if shutil.which("prlimit") else _rlimit_preexec(limits, view.device)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 env=env, start_new_session=True, close_fds=True,
-                                preexec_fn=preexec)
-    reader = _Reader(proc)
-    reader.start()
+                                pass_fds=(ctrl_w,), preexec_fn=preexec)
+    os.close(ctrl_w)
+    out, ctrl = _Drain(proc.stdout), _Control(ctrl_r)
+    out.start()
+    ctrl.start()
     timed_out = False
     try:
-        _send(proc, stdin_data)
-        timed_out = not reader.ready.wait_or_exit(proc, limits.wall_s, on_ready is not None)
-        if not timed_out and on_ready and reader.ready.is_set() and proc.poll() is None:
-            with on_ready():
+        _send(proc, f"{ctrl_w}\n".encode() + stdin_data)
+        timed_out = not _wait(proc, ctrl.ready if on_ready else None, limits.wall_s)
+        if not timed_out and on_ready and ctrl.ready.is_set() and proc.poll() is None:
+            with on_ready():  # e.g. the GPU lock, held for the timed runs only
                 _send(proc, b"GO\n")
-                proc.wait(timeout=limits.timing_wall_s)
-        elif not timed_out:
-            proc.wait(timeout=5)
+                timed_out = not _wait(proc, ctrl.done, limits.timing_wall_s)
+        if not timed_out:
+            proc.wait(timeout=60)  # writing results after the timed runs
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
         _killpg(proc)
         proc.wait()
-        reader.join(timeout=2)
+        out.join(timeout=2)
+        ctrl.join(timeout=2)
     return RunResult(None if timed_out else proc.returncode, timed_out, time.monotonic() - t0,
-                     reader.tail(), _tail_file(err_path), iso, reader.ready.is_set())
+                     out.tail(), _tail_file(err_path), iso, ctrl.ready.is_set())
 
 
 def _send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]
@@ -300,33 +305,48 @@ def _send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg
         pass
 
 
-class _ReadyFlag(threading.Event):
-    def wait_or_exit(self, proc: subprocess.Popen, timeout: float,  # type: ignore[type-arg]
-                     use_ready: bool) -> bool:
-        """True once ready was seen (if used) or the process exited; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if (self.wait(0.02) and use_ready) or proc.poll() is not None:
-                return True
-        return False
+def _wait(proc: subprocess.Popen, flag: threading.Event | None,  # type: ignore[type-arg]
+          timeout: float) -> bool:
+    """True once `flag` is set or the process exited; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None or (flag is not None and flag.wait(0.02)):
+            return True
+        if flag is None:
+            time.sleep(0.02)
+    return False
 
 
-class _Reader(threading.Thread):
-    """Drains stdout (so a chatty child never blocks) and spots the readiness line."""
+class _Drain(threading.Thread):
+    """Drains stdout so a chatty child never blocks; keeps a tail for diagnostics."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
         super().__init__(daemon=True)
-        self.proc, self.ready, self._tail = proc, _ReadyFlag(), b""
+        self.stream, self._tail = stream, b""
 
     def run(self) -> None:
-        assert self.proc.stdout is not None
-        for line in iter(self.proc.stdout.readline, b""):
-            if line.strip() == READY.encode():
-                self.ready.set()
+        for line in iter(self.stream.readline, b""):
             self._tail = (self._tail + line)[-4096:]
 
     def tail(self) -> str:
         return self._tail.decode("utf-8", "replace")
+
+
+class _Control(threading.Thread):
+    """Reads READY / DONE from the control pipe."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.ready, self.done = fd, threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        with os.fdopen(self.fd, "rb") as f:
+            for line in iter(f.readline, b""):
+                word = line.strip()
+                if word == READY.encode():
+                    self.ready.set()
+                elif word == DONE.encode():
+                    self.done.set()
 
 
 def _tail_file(path: Path, n: int = 4096) -> str:
