@@ -47,8 +47,10 @@ class KafkaConfig(Section):
     max_poll_interval_ms: int = 1_800_000
     # Records handed to one batch handler; larger batches amortise commits.
     batch_max_records: int = 500
-    # How long a batch subscriber waits to fill a batch; bounds hop latency.
-    batch_timeout_ms: int = 5
+    # Longest a batch poll waits for records when none are buffered (returns early on data).
+    batch_timeout_ms: int = 100
+    # Longest the broker holds an empty fetch; short waits make idle consumers spin the broker.
+    fetch_max_wait_ms: int = 100
     # Tansu and default Kafka brokers reject messages over 1 MB.
     max_message_bytes: int = 1_000_000
 

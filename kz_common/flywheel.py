@@ -65,6 +65,13 @@ def _service_env(settings: Settings, bootstrap: str) -> dict[str, str]:
         services.setdefault("verifier", {}).setdefault("device", "cpu")
         services.setdefault("curator", {}).setdefault("require_perf", False)
         services.setdefault("trainer", {}).setdefault("eval_shape_source", "cpu")
+        # The untrained tiny model writes noise: long samples only cost CPU time.
+        services.setdefault("solver", {}).setdefault("max_tokens", 256)
+        services.setdefault("solver", {}).setdefault("n_samples", 2)
+        # Small enough windows that a CPU run can reach a training request and a decision.
+        services.setdefault("curator", {}).setdefault("window_verdicts", 8)
+        services.setdefault("curator", {}).setdefault("train_threshold", 4)
+        services.setdefault("evaluator", {}).setdefault("min_samples", 4)
     return {**os.environ, "KZ_KAFKA__BOOTSTRAP_SERVERS": bootstrap, "KZ_SERVICES": json.dumps(services),
             "PYTHONUNBUFFERED": "1"}
 
@@ -131,8 +138,7 @@ def _summary(ledgers: list[RoundLedger], watcher: Watcher, console: Console) -> 
     from rich.table import Table
 
     table = Table(title="flywheel summary (events read back from the log)")
-    for col in ("round", "challenges", "samples", "extracted ok", "verified pass", "curated kept",
-                "dead letters", "pass rate"):
+    for col in ("round", "tasks", "samples", "extract ok", "pass", "kept", "DLQ", "pass rate"):
         table.add_column(col, justify="right")
     for led in ledgers:
         rate = f"{led.passed / led.verified:.0%}" if led.verified else "-"

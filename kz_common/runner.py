@@ -88,7 +88,7 @@ class ServiceRunner:
         subscriber = broker.subscriber(
             *(physical(k, t) for t in self.core.inputs),
             group_id=self.core.name, batch=True, max_records=k.batch_max_records,
-            batch_timeout_ms=k.batch_timeout_ms, fetch_max_wait_ms=max(k.batch_timeout_ms, 1),
+            batch_timeout_ms=k.batch_timeout_ms, fetch_max_wait_ms=k.fetch_max_wait_ms,
             auto_offset_reset="earliest",  # "latest" is wrong on Tansu; new groups read from the start
             session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
             max_poll_interval_ms=k.max_poll_interval_ms, ack_policy=AckPolicy.MANUAL,

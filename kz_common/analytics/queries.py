@@ -110,9 +110,16 @@ def query(con: duckdb.DuckDBPyConnection, sql_or_name: str) -> tuple[list[str], 
     return names, rows
 
 
-def run_sql(root: Path, sql_or_name: str, fmt: Format = "table", max_rows: int | None = 200) -> str:
-    """`kz sql`: run a query over the archive at `root`; the result rendered as `fmt`."""
-    con = connect(root)
+def run_sql(root: Path, sql_or_name: str, fmt: Format = "table", max_rows: int | None = 200,
+            cache: bool = True) -> str:
+    """`kz sql`: run a query over the archive at `root`; the result rendered as `fmt`.
+
+    `cache` (default) queries the refreshed DuckDB cache (<root>/.cache); False reads
+    the Parquet files through plain views.
+    """
+    from kz_common.analytics.cache import open_cached
+
+    con = open_cached(root) if cache else connect(root)
     try:
         names, rows = query(con, sql_or_name)
     finally:

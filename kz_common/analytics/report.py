@@ -11,7 +11,7 @@ from typing import Any
 
 from kz_common.analytics.exceptions import AnalyticsError
 from kz_common.analytics.queries import query
-from kz_common.analytics.views import connect
+from kz_common.analytics.cache import open_cached
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ def build_report(root: Path, out_dir: Path) -> Report:
     matplotlib.use("Agg")  # headless: no display on servers or in tests
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    con = connect(root, materialize=True)  # many queries over the same views: parse JSON once
+    con = open_cached(root)  # many queries: native tables, JSON parsed once per new file
     try:
         data = {name: query(con, name) for name in
                 ("pass_rate", "speedups", "funnel", "curriculum", "top_kernels", "curation_rates")}

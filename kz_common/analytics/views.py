@@ -19,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from kz_common.analytics.columns import ENVELOPE, TYPE_COLUMNS, view_name
+from kz_common.analytics.columns import ENVELOPE, TYPE_COLUMNS, select_list, view_name
 from kz_common.analytics.exceptions import NoArchive
 from schemas import EVENTS, TOPICS
 
@@ -72,23 +72,29 @@ def connect(root: Path, *, materialize: bool = False, threads: int | None = None
     con.execute(EMPTY_LOG)
     con.execute(VERSION_KEY)
     for topic in TOPICS:
-        con.execute(f"CREATE VIEW {_log_view(topic)} AS {_topic_source(root, topic)}")
-    union = " UNION ALL ".join(f"SELECT * FROM {_log_view(t)}" for t in TOPICS)
+        con.execute(f"CREATE VIEW {log_view(topic)} AS {_topic_source(root, topic)}")
+    union = " UNION ALL ".join(f"SELECT * FROM {log_view(t)}" for t in TOPICS)
     con.execute(f"CREATE VIEW events AS {union}")
     con.execute(f"CREATE VIEW raw_log AS {_raw_source(root)}")
     for event_type, spec in EVENTS.items():
-        sql = _type_view(event_type, spec.topic)
+        sql = type_view_sql(event_type, spec.topic)
         if materialize:
             con.execute(f"CREATE TEMP TABLE {view_name(event_type)} AS {sql}")
         else:
             con.execute(f"CREATE VIEW {view_name(event_type)} AS {sql}")
-    con.execute(f"CREATE VIEW verified_current AS SELECT * FROM solution_verified {NEWEST_PER_SAMPLE}")
-    con.execute(f"CREATE VIEW curated_current AS SELECT * FROM sample_curated {NEWEST_PER_SAMPLE}")
-    con.execute(LINEAGE)
+    derived_views(con)
     return con
 
 
-def _log_view(topic: str) -> str:
+def derived_views(con: duckdb.DuckDBPyConnection, temp: bool = False) -> None:
+    """The projections and the lineage join, over whatever per-type relations `con` has."""
+    kind = "CREATE OR REPLACE TEMP VIEW" if temp else "CREATE VIEW"
+    con.execute(f"{kind} verified_current AS SELECT * FROM solution_verified {NEWEST_PER_SAMPLE}")
+    con.execute(f"{kind} curated_current AS SELECT * FROM sample_curated {NEWEST_PER_SAMPLE}")
+    con.execute(LINEAGE.replace("CREATE VIEW", kind, 1))
+
+
+def log_view(topic: str) -> str:
     return "log_" + topic.replace("-", "_")
 
 
@@ -113,7 +119,8 @@ def _raw_source(root: Path) -> str:
     return f"SELECT * FROM read_parquet('{_glob(root, None)}', union_by_name = true)"
 
 
-def _type_view(event_type: str, topic: str) -> str:
-    typed = ", ".join(f"{expr} AS {name}" for name, expr in TYPE_COLUMNS[event_type])
+def type_view_sql(event_type: str, topic: str, source: str | None = None) -> str:
+    inner, outer = select_list(TYPE_COLUMNS[event_type])
     envelope = ", ".join(f'"{c}"' for c in ENVELOPE)
-    return f"SELECT {envelope}, {typed} FROM {_log_view(topic)} WHERE type = '{event_type}'"
+    return (f"SELECT {envelope}, {outer} FROM (SELECT {envelope}, {inner} FROM {source or log_view(topic)} "
+            f"WHERE type = '{event_type}')")
