@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kz_common.analytics.cache import cache_path, open_cached  # noqa: E402
-from kz_common.analytics.queries import query  # noqa: E402
-from kz_common.analytics.synthetic import check_sample, generate  # noqa: E402
-from kz_common.analytics.views import connect  # noqa: E402
-from services.archiver.offline import archive_messages  # noqa: E402
+from kz_common.analytics.cache import cache_path, open_cached
+from kz_common.analytics.queries import query
+from kz_common.analytics.synthetic import check_sample, generate
+from kz_common.analytics.views import connect
+from services.archiver.offline import archive_messages
 
 TARGET_S = 2.0
 QUERIES = {

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from kz_common.analytics.columns import view_name
 from kz_common.analytics.exceptions import NoArchive
 from kz_common.analytics.views import (
     EMPTY_LOG,
@@ -24,7 +25,6 @@ from kz_common.analytics.views import (
     log_view,
     type_view_sql,
 )
-from kz_common.analytics.columns import view_name
 from schemas import EVENTS, TOPICS
 
 log = logging.getLogger(__name__)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kz_common.analytics.cache import open_cached
 from kz_common.analytics.exceptions import AnalyticsError
 from kz_common.analytics.queries import query
-from kz_common.analytics.cache import open_cached
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ padding:3px 8px;text-align:right}th{background:#f3f3f3}.empty{color:#999}"""
 
 
 def _page(data: dict[str, Result], plots: list[Path]) -> str:
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     imgs = "".join(f"<img alt='{p.stem}' src='{p.name}'>" for p in plots)
     sections = [("Pass rate per round and family", "pass_rate"), ("Dedup funnel", "funnel"),
                 ("Curation: dedup and rule hit rates", "curation_rates"),

@@ -11,7 +11,7 @@ import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import orjson
 
@@ -23,7 +23,7 @@ PROBLEM = "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n" + "
 CODE = "import triton\nimport triton.language as tl\n\n@triton.jit\ndef kernel(x_ptr, n):\n" + \
     "    pass  # body\n" * 40 + "class ModelNew:\n    pass\n"
 CHEAT = "# torch.softmax shortcut\n"
-START = datetime(2025, 1, 1, tzinfo=timezone.utc)
+START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

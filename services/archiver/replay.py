@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,7 +88,7 @@ def _fresh_copy(doc: dict[str, Any], tag: str) -> dict[str, Any] | None:
     if doc.get("producer") == {"service": "replay", "version": tag}:
         return None  # already a copy under this tag: copying it again would compound replays
     return {**doc, "event_id": derived_event_id(doc["event_id"], f"replay:{tag}", 0),
-            "produced_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+            "produced_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
             "producer": {"service": "replay", "version": tag}}
 
 

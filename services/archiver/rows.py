@@ -10,7 +10,7 @@ its original bytes in `raw` and NULL envelope columns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -111,7 +111,7 @@ def _peek_id(value: bytes) -> str | None:
 
 
 def _ts_ms(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms is not None and ms >= 0 else None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms is not None and ms >= 0 else None
 
 
 def to_message(row: dict[str, Any]) -> bytes:
@@ -125,7 +125,7 @@ def to_message(row: dict[str, Any]) -> bytes:
     produced_at: datetime = row["produced_at"]
     return orjson.dumps({
         "event_id": row["event_id"], "type": row["type"], "schema_version": row["schema_version"],
-        "produced_at": produced_at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+        "produced_at": produced_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
         "producer": {"service": row["producer_service"], "version": row["producer_version"]},
         "causation_id": row["causation_id"], "correlation_id": row["correlation_id"],
         "payload": orjson.Fragment(row["payload"]),

@@ -9,12 +9,12 @@ import pytest
 
 from kz_common.analytics.views import connect
 from kz_common.config import Settings
+from schemas import DeadLetter, Producer, decode, encode, make_event
 from services.archiver.config import ArchiverConfig
 from services.archiver.consumer import archive_once
 from services.archiver.exceptions import ArchiveError
 from services.archiver.rows import LogRecord, to_message, to_row
 from services.archiver.store import ArchiveStore
-from schemas import DeadLetter, Producer, decode, encode, make_event
 from tests.kz_common.harness import challenge_events, publish, publish_events
 
 pytestmark = pytest.mark.broker

@@ -18,15 +18,21 @@ from pydantic import BaseModel
 from kz_common.analytics.views import connect
 from kz_common.broker import EmbeddedBroker
 from kz_common.config import Settings
+from schemas import (
+    AnyEnvelope,
+    ChallengeContext,
+    SampleCurated,
+    SolutionExtracted,
+    SolutionVerified,
+    make_event,
+)
 from services.archiver.config import ArchiverConfig
 from services.archiver.consumer import archive_once
 from services.archiver.exceptions import ReplayError
 from services.archiver.replay import replay, restore
-from schemas import AnyEnvelope, ChallengeContext, SampleCurated, SolutionExtracted, SolutionVerified
 from tests.kz_common.harness import ORIGIN, publish_events, read, run_until
 from tests.kz_common.relay import CODE, challenge
 from tests.services.archiver.conftest import free_port, settings_for
-from schemas import make_event
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 CHEAT = "# cheat: return torch.softmax(x)\n"
