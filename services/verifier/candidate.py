@@ -67,7 +67,7 @@ def _hash_lock(key: str) -> threading.Lock:
 
 
 def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
-        mode: str, gate: sandbox.Gate | None) -> Outcome:
+        mode: str, gates: sandbox.Gates | None) -> Outcome:
     """Sandbox-run `solution_src` against `bundle` and judge it."""
     key = source_hash(solution_src, options.device)
     cache = Path(options.cache) / "candidates" / key
@@ -81,13 +81,14 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
     job = _job(bundle, options, inside)
     limits = sandbox.Limits(options.wall_timeout_s, options.cpu_seconds,
                             options.memory_limit_mb << 20, options.nproc,
-                            options.fsize_mb << 20, options.timing_timeout_s)
+                            options.fsize_mb << 20, options.timing_timeout_s,
+                            options.locked_timeout_s)
     argv = [sys.executable, "-I", "-B", "-u", f"{inside.work}/harness.py"]
     env = W.env_for(options.device, inside, interpret=options.device == "cpu")
     try:
         with _hash_lock(key):  # identical sources share a compile cache, one at a time
             res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(),
-                              base, on_ready=gate if job.get("timing") else None)
+                              base, gates=gates)
         return judge(work, job, res, bundle, options)
     finally:
         if not options.keep_artifacts:
@@ -98,6 +99,7 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
     meta = bundle.meta
     job: dict[str, Any] = {
         "nonce": uuid.uuid4().hex, "device": options.device, "work": inside.work,
+        "gated": options.device == "cuda",
         "inputs": inside.inputs, "allowed_aten": sorted(P.ALLOWED_ATEN_OPS),
         "poisoned_aten": sorted(P.POISONED_ATEN_OPS), "int_poison": P.INT_POISON,
         "calls": [{"shape_index": t["shape_index"], "file": t["file"],

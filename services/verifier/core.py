@@ -37,15 +37,11 @@ class Session:
         self._bundle_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
         self._guard = threading.Lock()
+        self.gpu = perf.GpuLock(options.cache) if options.device == "cuda" else None
 
     def close(self) -> None:
         if not self.options.keep_artifacts:
             shutil.rmtree(self.base, ignore_errors=True)
-
-    @contextmanager
-    def gate(self) -> Iterator[None]:
-        with perf.gpu_lock(self.options.cache):
-            yield
 
     @contextmanager
     def bundle(self, problem_src: str) -> Iterator[reference.ReferenceBundle]:
@@ -85,7 +81,7 @@ class Session:
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
         try:
             b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
-                                measure_peak=need_peak, gate=self.gate)
+                                measure_peak=need_peak, gates=self.gpu)
         except ProblemError as exc:
             return exc
         if b.meta.get("peak"):
@@ -123,8 +119,7 @@ class Session:
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
                kernels: tuple[str, ...]) -> VerifyReport:
         o = self.options
-        gate = self.gate if o.device == "cuda" else None
-        out = candidate.run(solution_src, bundle, o, self.base, self.mode, gate)
+        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self.gpu)
         device_name = bundle.meta.get("device_name")
         rep = VerifyReport(passed=False, stage="passed", reasons=[], device=o.device,
                            isolation=out.isolation, triton_launches=out.launches,

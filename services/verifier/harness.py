@@ -164,9 +164,8 @@ def _output_problems(outs: list[object], inputs: list[object], params: list[obje
     return bad
 
 
-def _run_call(model: torch.nn.Module, call: dict, index: int) -> None:
-    inputs = [_to_device(x) for x in _load(os.path.join(JOB["inputs"], call["file"]),
-                                           weights_only=True)]
+def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) -> None:
+    inputs = [_to_device(x) for x in cpu_inputs]
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     if DEVICE == "cuda":
         _poison_cuda()
@@ -201,8 +200,9 @@ def _run_call(model: torch.nn.Module, call: dict, index: int) -> None:
         tensors = [o if type(o) is torch.Tensor else None for o in outs]
         # Inputs travel back (for the parent's own mutation/alias checks) on the first call
         # of each shape only: every call gets the harness-side checks above anyway.
-        _save({"outputs": tensors, "inputs_after": inputs if call.get("save_inputs") else None},
-              os.path.join(JOB["work"], "out", f"call_{index}.pt"))
+        _save_later({"outputs": tensors,
+                     "inputs_after": inputs if call.get("save_inputs") else None},
+                    f"call_{index}.pt")
     REPORT["calls"].append(rec)
 
 
@@ -244,8 +244,7 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     sets = [[_to_device(x) for x in _load(os.path.join(JOB["inputs"], f), weights_only=True)]
             for f in spec["files"]]
     fns = [lambda s=s: model(*s) for s in sets]
-    _CTRL.write("KZ-READY\n")  # the parent takes the GPU lock, then says go
-    if sys.stdin.readline().strip() != "GO":
+    if not _gate("KZ-READY"):  # the parent takes the exclusive GPU lock, then says go
         return
     with torch.no_grad():
         stats = TIMER.time(fns, warmup=spec["warmup"], runs=spec["runs"])
@@ -255,8 +254,7 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     for k, out in enumerate(last):
         outs = _flatten(out)
         tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
-        _save({"outputs": tensors, "inputs_after": None},
-              os.path.join(JOB["work"], "out", f"timed_{k}.pt"))
+        _save_later({"outputs": tensors, "inputs_after": None}, f"timed_{k}.pt")
 
 
 def _write_report() -> None:
@@ -264,6 +262,56 @@ def _write_report() -> None:
     path = os.path.join(JOB["work"], "out", "report.json")
     with open(path, "w") as f:
         json.dump(REPORT, f)
+
+
+_PENDING: list[tuple[dict, str]] = []
+
+
+def _save_later(obj: dict, name: str) -> None:
+    """Outputs are written after the locked GPU phases (disk I/O holds no lock)."""
+    _PENDING.append((obj, name))
+
+
+def _flush_pending() -> None:
+    for obj, name in _PENDING:
+        _save(obj, os.path.join(JOB["work"], "out", name))
+    _PENDING.clear()
+
+
+def _gate(word: str) -> bool:
+    """Ask the parent for a GPU phase (KZ-SHARED / KZ-READY) and wait for GO (CUDA only)."""
+    if not JOB.get("gated"):
+        return True
+    _CTRL.write(word + "\n")
+    return sys.stdin.readline().strip() == "GO"
+
+
+def _build_all(mod: object) -> dict[int, torch.nn.Module] | None:
+    models: dict[int, torch.nn.Module] = {}
+    try:
+        for s in sorted({c["shape_index"] for c in JOB["calls"]}):
+            models[s] = _build_model(mod, JOB["shapes"][s])
+    except BaseException as exc:  # noqa: BLE001
+        REPORT["errors"].append(["import", f"ModelNew construction failed: "
+                                 f"{type(exc).__name__}: {str(exc)[:300]}"])
+        return None
+    return models
+
+
+def _warmup(models: dict[int, torch.nn.Module], inputs: list[list]) -> None:
+    """Compile outside the GPU lock: one unrecorded call per shape (every recorded call
+    after it is checked, so what the candidate does here cannot help it)."""
+    seen = set()
+    for call, cpu_inputs in zip(JOB["calls"], inputs):
+        if call["shape_index"] in seen:
+            continue
+        seen.add(call["shape_index"])
+        try:
+            with torch.no_grad():
+                models[call["shape_index"]](*[_to_device(x) for x in cpu_inputs])
+            _cuda_sync()
+        except BaseException:  # noqa: BLE001 - the recorded call will report it
+            pass
 
 
 def main() -> None:
@@ -282,17 +330,18 @@ def main() -> None:
         REPORT["stage"] = "import"
         _write_report()
         return
-    models: dict[int, torch.nn.Module] = {}
+    models = _build_all(mod)
+    if models is None:
+        _write_report()
+        return
+    inputs = [_load(os.path.join(JOB["inputs"], c["file"]), weights_only=True)
+              for c in JOB["calls"]]
+    if DEVICE == "cuda":
+        _warmup(models, inputs)
+    if not _gate("KZ-SHARED"):
+        return
     for call_index, call in enumerate(JOB["calls"]):
-        s = call["shape_index"]
-        try:
-            if s not in models:
-                models[s] = _build_model(mod, JOB["shapes"][s])
-        except BaseException as exc:  # noqa: BLE001
-            REPORT["errors"].append(["import", f"ModelNew construction failed: "
-                                    f"{type(exc).__name__}: {str(exc)[:300]}"])
-            break
-        _run_call(models[s], call, call_index)
+        _run_call(models[call["shape_index"]], call, call_index, inputs[call_index])
         _write_report()  # incremental: a later crash keeps what was learnt
     REPORT["integrity"] = _integrity()
     clean = not REPORT["errors"] and not REPORT["integrity"] and all(
@@ -303,6 +352,7 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001
             REPORT["errors"].append(["timing", f"timing failed: {type(exc).__name__}: {str(exc)[:300]}"])
         REPORT["integrity"] = _integrity()
+    _flush_pending()
     _write_report()
 
 

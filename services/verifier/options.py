@@ -26,7 +26,8 @@ class VerifyOptions:
     trials: int = 3  # per shape, each with fresh os.urandom seeds
     max_shapes: int = 3  # of KZ_SHAPES (spread over the list)
     wall_timeout_s: float = 300.0  # candidate correctness phase (import, compile, trials)
-    timing_timeout_s: float = 120.0  # candidate timing phase, once it holds the GPU lock
+    timing_timeout_s: float = 60.0  # timed runs, under the exclusive GPU lock
+    locked_timeout_s: float = 60.0  # correctness calls, under the shared GPU lock
     reference_timeout_s: float = 300.0
     cpu_seconds: int = 600  # RLIMIT_CPU of each sandboxed process
     memory_limit_mb: int = 16384  # RLIMIT_AS on CPU; cgroup memory.max where available

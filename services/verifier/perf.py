@@ -18,19 +18,60 @@ import torch
 
 from services.verifier.options import VERIFIER_VERSION
 
-_PROCESS_GPU_LOCK = threading.Lock()
+class GpuLock:
+    """Shared for correctness calls, exclusive for timed runs, on one GPU host.
 
+    Writer-preferring readers/writer lock across this process's threads, plus
+    flock(LOCK_SH/LOCK_EX) on a file so several verifier processes share it too.
+    No other candidate's kernels run while one is being timed.
+    """
 
-@contextmanager
-def gpu_lock(cache_dir: str) -> Iterator[None]:
-    """One timed run at a time on this host: a thread lock plus an flock across processes."""
-    Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    with _PROCESS_GPU_LOCK, open(Path(cache_dir) / "gpu.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    def __init__(self, cache_dir: str) -> None:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        self.path = Path(cache_dir) / "gpu.lock"
+        self._cv = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cv:
+            while self._writer or self._writers_waiting:
+                self._cv.wait()
+            self._readers += 1
         try:
-            yield
+            with self._flock(fcntl.LOCK_SH):
+                yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            with self._cv:
+                self._readers -= 1
+                self._cv.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cv:
+            self._writers_waiting += 1
+            while self._writer or self._readers:
+                self._cv.wait()
+            self._writers_waiting -= 1
+            self._writer = True
+        try:
+            with self._flock(fcntl.LOCK_EX):
+                yield
+        finally:
+            with self._cv:
+                self._writer = False
+                self._cv.notify_all()
+
+    @contextmanager
+    def _flock(self, mode: int) -> Iterator[None]:
+        with open(self.path, "a") as f:
+            fcntl.flock(f, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def peak_path(cache_dir: str, device_name: str) -> Path:

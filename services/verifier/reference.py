@@ -89,7 +89,7 @@ def _seed() -> int:
 
 
 def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
-          timing: bool, measure_peak: bool, gate: sandbox.Gate | None) -> ReferenceBundle:
+          timing: bool, measure_peak: bool, gates: sandbox.Gates | None) -> ReferenceBundle:
     """Run the reference worker for `problem_src`; raise ProblemError if it is unusable."""
     meta_lit = literal_meta(problem_src)
     family = meta_lit.get("family") if isinstance(meta_lit.get("family"), str) else None
@@ -103,6 +103,7 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
     view = M.View(str(work), str(empty), str(cache), options.device)
     inside = sandbox.inside_view(mode, view)
     job = {"device": options.device, "work": inside.work, "nonce": uuid.uuid4().hex,
+           "gated": gates is not None,
            "trials": options.trials, "max_shapes": options.max_shapes,
            "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
            "tolerances": {k: [t.atol, t.rtol, t.rel_norm] for k, t in tols.items()},
@@ -112,11 +113,12 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
                       "flush_bytes": options.flush_mb << 20} if timing else None}
     limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
                             options.memory_limit_mb << 20, options.nproc,
-                            options.fsize_mb << 20, options.timing_timeout_s)
+                            options.fsize_mb << 20, options.timing_timeout_s,
+                            options.reference_timeout_s)  # trials run under the shared lock
     argv = [sys.executable, "-I", "-B", "-u", f"{inside.work}/reference_worker.py"]
     env = W.env_for(options.device, inside, interpret=False)
     res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(), base,
-                      on_ready=gate if timing else None)
+                      gates=gates)
     try:
         return _collect(work, job, res, tols, family, meta_lit, base, options)
     finally:

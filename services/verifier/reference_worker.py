@@ -96,7 +96,9 @@ def _trial(mod: object, model: torch.nn.Module, s: int, t: int) -> None:
         seed, inputs, refs = _draw(mod, model, exp)
         if not all(bool(torch.isfinite(r).all()) for r in refs if r.is_floating_point()):
             seed, inputs, refs = _draw(mod, model, 0)  # our scaling overflowed: redraw unscaled
-        hits = [", ".join(h) for r in refs if (h := trivial_matches(r, inputs, _tol(r)))]
+        dev_inputs = [_dev(x) for x in inputs]  # the gate runs where the data is (fast on GPU)
+        hits = [", ".join(h) for r in refs
+                if (h := trivial_matches(_dev(r), dev_inputs, _tol(r)))]
         if len(hits) < len(refs):
             break
         exp += 2  # non-discriminating: redraw with larger magnitudes
@@ -160,8 +162,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
         setattr(mod, k, v)
     baselines = _baselines(mod, s, models[s])
     timer = Timer(spec["flush_bytes"])
-    _CTRL.write("KZ-READY\n")
-    if sys.stdin.readline().strip() != "GO":
+    if not _gate("KZ-READY"):
         return
     out = {"shape_index": s, "files": [META["trials"][i]["file"] for i in trials],
            "trial_indices": trials}
@@ -194,6 +195,14 @@ def _peak(timer: object) -> dict:
     return peak
 
 
+def _gate(word: str) -> bool:
+    """Ask the parent for a GPU phase (shared: trials; exclusive: timing), wait for GO."""
+    if not JOB.get("gated"):
+        return True
+    _CTRL.write(word + "\n")
+    return sys.stdin.readline().strip() == "GO"
+
+
 def main() -> None:
     os.makedirs(os.path.join(JOB["work"], "inputs"), exist_ok=True)
     os.makedirs(os.path.join(JOB["work"], "ref"), exist_ok=True)
@@ -203,6 +212,8 @@ def main() -> None:
     if DEVICE == "cuda":
         META["device_name"] = torch.cuda.get_device_name()
     models = {}
+    if not _gate("KZ-SHARED"):
+        return
     for s, overrides in enumerate(_select_shapes(mod)):
         models[s] = _shape(mod, s, dict(overrides))
         for t in range(JOB["trials"]):

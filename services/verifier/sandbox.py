@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from services.verifier import sandbox_mounts as M
 from services.verifier.exceptions import SandboxError
 
 MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
-READY, DONE = "KZ-READY", "KZ-DONE"
+SHARED, READY, DONE = "KZ-SHARED", "KZ-READY", "KZ-DONE"
 UID_BASE = 61000
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -43,7 +44,8 @@ class Limits:
     memory_bytes: int | None  # RLIMIT_AS on CPU; cgroup memory.max where available
     nproc: int = 256
     fsize_bytes: int = 1 << 30
-    timing_wall_s: float = 120.0
+    timing_wall_s: float = 60.0
+    locked_wall_s: float = 60.0  # correctness calls under the shared GPU lock
 
 
 @dataclass
@@ -222,13 +224,19 @@ def _stage_dirs(device: str, base: Path) -> dict[str, str]:
     return staged
 
 
-Gate = Callable[[], AbstractContextManager[None]]
+class Gates(Protocol):
+    """GPU phases: shared while correctness calls run, exclusive for the timed runs."""
+
+    def shared(self) -> AbstractContextManager[None]: ...
+
+    def exclusive(self) -> AbstractContextManager[None]: ...
+
 
 
 def run(mode: str, view: M.View, argv: list[str], env: dict[str, str], limits: Limits,
-        stdin_data: bytes, base: Path, on_ready: Gate | None = None) -> RunResult:
-    """Run `argv` isolated. At the readiness line, enter `on_ready()` (e.g. the GPU lock),
-    send GO and wait for the exit inside it."""
+        stdin_data: bytes, base: Path, gates: Gates | None = None) -> RunResult:
+    """Run `argv` isolated. With `gates`, the child's SHARED / READY control messages are
+    answered with GO once the shared / exclusive GPU lock is held (released at READY / DONE)."""
     uid = UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits" else os.getuid()
     cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
                         limits.memory_bytes) if os.geteuid() == 0 else None
@@ -237,7 +245,7 @@ def run(mode: str, view: M.View, argv: list[str], env: dict[str, str], limits: L
         cmd = _command(mode, view, argv, uid, cg, base, limits)
         iso = mode + ("+cgroup" if cg else "")
         env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin too (chroot)
-        res = _supervise(cmd, env, limits, stdin_data, view, iso, on_ready)
+        res = _supervise(cmd, env, limits, stdin_data, view, iso, gates)
         res.notes.extend(cg.events() if cg else [])
         return res
     finally:
@@ -260,7 +268,7 @@ def _own(view: M.View, uid: int) -> None:
 
 
 def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: bytes,
-               view: M.View, iso: str, on_ready: Gate | None) -> RunResult:
+               view: M.View, iso: str, gates: Gates | None) -> RunResult:
     t0 = time.monotonic()
     err_path = Path(view.work) / ".stderr"
     # Control channel (READY/DONE) on its own pipe: the candidate's prints cannot forge it.
@@ -277,13 +285,9 @@ def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: 
     timed_out = False
     try:
         _send(proc, f"{ctrl_w}\n".encode() + stdin_data)
-        timed_out = not _wait(proc, ctrl.ready if on_ready else None, limits.wall_s)
-        if not timed_out and on_ready and ctrl.ready.is_set() and proc.poll() is None:
-            with on_ready():  # e.g. the GPU lock, held for the timed runs only
-                _send(proc, b"GO\n")
-                timed_out = not _wait(proc, ctrl.done, limits.timing_wall_s)
+        timed_out = not _phases(proc, ctrl, gates, limits)
         if not timed_out:
-            proc.wait(timeout=60)  # writing results after the timed runs
+            proc.wait(timeout=60)  # writing results after the locked phases
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
@@ -293,6 +297,25 @@ def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: 
         ctrl.join(timeout=2)
     return RunResult(None if timed_out else proc.returncode, timed_out, time.monotonic() - t0,
                      out.tail(), _tail_file(err_path), iso, ctrl.ready.is_set())
+
+
+def _phases(proc: subprocess.Popen, ctrl: _Control, gates: Gates | None,  # type: ignore[type-arg]
+            limits: Limits) -> bool:
+    """Answer the child's lock requests; False if a phase ran out of time."""
+    if gates is None:
+        return _wait(proc, None, limits.wall_s)
+    if not _wait(proc, ctrl.any_request, limits.wall_s):
+        return False
+    if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
+        with gates.shared():  # bounded: a hang here would stall every timing on the host
+            _send(proc, b"GO\n")
+            if not _wait(proc, ctrl.ready, limits.locked_wall_s):
+                return False
+    if ctrl.ready.is_set() and proc.poll() is None:
+        with gates.exclusive():
+            _send(proc, b"GO\n")
+            return _wait(proc, ctrl.done, limits.timing_wall_s)
+    return True
 
 
 def _send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]
@@ -337,16 +360,18 @@ class _Control(threading.Thread):
 
     def __init__(self, fd: int) -> None:
         super().__init__(daemon=True)
-        self.fd, self.ready, self.done = fd, threading.Event(), threading.Event()
+        self.fd = fd
+        self.shared, self.ready, self.done = threading.Event(), threading.Event(), threading.Event()
+        self.any_request = threading.Event()
 
     def run(self) -> None:
+        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done}
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
-                word = line.strip()
-                if word == READY.encode():
-                    self.ready.set()
-                elif word == DONE.encode():
-                    self.done.set()
+                flag = flags.get(line.strip().decode("ascii", "replace"))
+                if flag is not None:
+                    flag.set()
+                    self.any_request.set()
 
 
 def _tail_file(path: Path, n: int = 4096) -> str:

@@ -4,7 +4,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-CHEAT = {"problem": "softmax", "problem_gpu": "softmax_big", "fools_naive": "gpu",
+CHEAT = {"problem": "softmax", "problem_gpu": "softmax_huge", "fools_naive": "gpu",
          "stage": "static", "expect": "streams/events/timers belong to the verifier"}
 
 
