@@ -113,6 +113,8 @@ def _require_bootstrap() -> str:
 
 def main() -> None:
     """Entry point: every expected failure is one clear line on stderr, exit status 1."""
+    import kz_common.cli_tools  # noqa: F401  (registers archive, sql, replay, report, export)
+
     try:
         app()
     except KernelZeroError as exc:
@@ -124,4 +126,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the importable module's app, not this __main__ copy: kz_common.cli_tools registers
+    # its commands on kz_common.cli.app.
+    from kz_common.cli import main as _main
+
+    _main()

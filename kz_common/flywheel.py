@@ -50,6 +50,7 @@ def run_flywheel(
                 _publish_round(settings, bootstrap, r, challenges)
                 ledgers.append(_follow(watcher, r, round_timeout_s, procs, console))
             _summary(ledgers, watcher, console)
+            console.print(f"event log archived under {data / 'archive'}: try `kz sql pass_rate` or `kz report`")
             return ledgers
         finally:
             _stop_services(procs)
@@ -79,10 +80,12 @@ def _service_env(settings: Settings, bootstrap: str) -> dict[str, str]:
 def _start_services(settings: Settings, bootstrap: str, logs: Path) -> dict[str, subprocess.Popen[bytes]]:
     env = _service_env(settings, bootstrap)
     procs = {}
-    for name in SERVICES:
+    # Every service, plus the archiver: the embedded broker forgets everything when it stops.
+    commands = {name: ["service", name] for name in SERVICES} | {"archiver": ["archive", "--follow"]}
+    for name, args in commands.items():
         log = open(logs / f"{name}.log", "ab")
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "kz_common.cli", "service", name],
+            [sys.executable, "-m", "kz_common.cli", *args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )
