@@ -10,6 +10,7 @@ parent, for every correctness call and for the timed runs.
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import secrets
 import shutil
@@ -163,7 +164,8 @@ def _report_failures(o: Outcome, report: dict[str, Any], job: dict[str, Any],
                               "output computed some other way")
         ops = rec.get("aten_violations") or []
         if ops:
-            o.fail("runtime", f"forward ran library compute at dispatch level: {', '.join(ops[:8])}")
+            names = ", ".join(ops[:8])
+            o.fail("runtime", f"forward ran library compute at dispatch level: {names}")
     o.launches = total
     if len(calls) < len(job["calls"]) and not report.get("errors"):
         o.fail("runtime", f"harness stopped after {len(calls)} of {len(job['calls'])} calls: "
@@ -272,7 +274,7 @@ def _check_timing(o: Outcome, work: Path, report: dict[str, Any], bundle: Refere
                   cap: int) -> None:
     stats = report.get("timing")
     med = stats.get("median_ms") if isinstance(stats, dict) else None
-    if not isinstance(med, (int, float)) or not med > 0 or med != med or med == float("inf"):
+    if not isinstance(med, (int, float)) or not math.isfinite(med) or med <= 0:
         o.fail("timing", "no valid timing result from the timed runs")
         return
     o.timing = {k: v for k, v in stats.items() if isinstance(v, (int, float, bool))}

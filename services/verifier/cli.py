@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def _emit(report: VerifyReport, as_json: bool) -> None:
 
 
 def _jsonable(x: Any) -> Any:
-    if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+    if isinstance(x, float) and not math.isfinite(x):
         return None  # strict JSON has no NaN/Infinity
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}

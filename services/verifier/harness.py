@@ -193,7 +193,8 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
         rec["errors"].append(["runtime", f"forward modified its inputs {changed} (input mutation)"])
     outs = _flatten(out) if out is not None else None
     if out is not None and outs is None:
-        rec["errors"].append(["output", f"forward returned {type(out).__name__}, expected tensor(s)"])
+        rec["errors"].append(["output", f"forward returned {type(out).__name__}, "
+                                        "expected tensor(s)"])
     if outs is not None:
         rec["errors"].extend(["output", p] for p in _output_problems(outs, inputs,
                                                                      list(model.parameters())))
@@ -255,6 +256,10 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
         outs = _flatten(out)
         tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
         _save_later({"outputs": tensors, "inputs_after": None}, f"timed_{k}.pt")
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def _write_report() -> None:
@@ -326,7 +331,7 @@ def main() -> None:
     try:
         mod = _import_solution()
     except BaseException as exc:  # noqa: BLE001
-        REPORT["errors"].append(["import", f"import failed: {type(exc).__name__}: {str(exc)[:300]}"])
+        REPORT["errors"].append(["import", f"import failed: {_brief(exc)}"])
         REPORT["stage"] = "import"
         _write_report()
         return
@@ -350,7 +355,7 @@ def main() -> None:
         try:
             _timing(models)
         except BaseException as exc:  # noqa: BLE001
-            REPORT["errors"].append(["timing", f"timing failed: {type(exc).__name__}: {str(exc)[:300]}"])
+            REPORT["errors"].append(["timing", f"timing failed: {_brief(exc)}"])
         REPORT["integrity"] = _integrity()
     _flush_pending()
     _write_report()

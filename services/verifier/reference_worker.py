@@ -185,10 +185,10 @@ def _peak(timer: object) -> dict:
     b = torch.empty_like(a)
     st = timer.time([lambda: b.copy_(a)], warmup=3, runs=20)  # type: ignore[attr-defined]
     peak = {"copy_bytes_per_s": 2 * a.numel() * 4 / (st["median_ms"] * 1e-3), "flops": {}}
-    del a, b
     n = 4096
     for dt in (torch.float16, torch.bfloat16, torch.float32):
-        x, y = torch.randn(n, n, device="cuda", dtype=dt), torch.randn(n, n, device="cuda", dtype=dt)
+        x = torch.randn(n, n, device="cuda", dtype=dt)
+        y = torch.randn(n, n, device="cuda", dtype=dt)
         st = timer.time([lambda x=x, y=y: x @ y], warmup=3, runs=10)  # type: ignore[attr-defined]
         peak["flops"][str(dt).replace("torch.", "")] = 2 * n ** 3 / (st["median_ms"] * 1e-3)
     peak["device_name"] = torch.cuda.get_device_name()

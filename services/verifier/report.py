@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,7 @@ class VerifyReport:
 
 
 def _finite(x: float | None) -> float | None:
-    return x if x is None or x == x and abs(x) != float("inf") else None
+    return x if x is None or math.isfinite(x) else None
 
 
 def rejected(stage: str, reasons: list[str], device: str, **kw: Any) -> VerifyReport:

@@ -69,7 +69,8 @@ def _strip_main_guard(body: list[ast.stmt]) -> list[ast.stmt]:
         return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name)
                 and t.left.id == "__name__" and len(t.comparators) == 1
                 and isinstance(t.comparators[0], ast.Constant)
-                and t.comparators[0].value == "__main__" and not s.orelse)  # type: ignore[union-attr]
+                and t.comparators[0].value == "__main__"
+                and not s.orelse)  # type: ignore[union-attr]
     return [s for s in body if not is_guard(s)]
 
 
@@ -264,7 +265,8 @@ class _Checker:
                 self._flag(node, "sys.modules reaches into the harness")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if P.DUNDER_RE.match(node.value) and node.value != "__main__":
-                self._flag(node, f"string literal {node.value!r} names a dunder (obfuscated access)")
+                self._flag(node, f"string literal {node.value!r} names a dunder "
+                                 "(obfuscated access)")
         elif isinstance(node, ast.Call):
             self._check_attr_builtins(node)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):

@@ -32,7 +32,8 @@ def _context(problem: str) -> ChallengeContext:
     return ChallengeContext.of(challenge)
 
 
-def _extracted(code: str | None, reason: str | None = None, problem: str | None = None):  # noqa: ANN202
+def _extracted(code: str | None, reason: str | None = None,  # noqa: ANN202
+               problem: str | None = None):
     ctx = _context(problem if problem is not None else (PROBLEMS / "add.py").read_text())
     payload = SolutionExtracted(challenge_id="c-add", context=ctx, sample_index=2,
                                 accepted=code is not None, code=code,
