@@ -14,12 +14,14 @@ time instead: a side-stream kernel cannot make itself look fast.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 FLUSH_BYTES_DEFAULT = 256 << 20  # >= 2x the H200's 60 MB L2
+WARMUP_S = 0.05  # like do_bench's time-based warm-up: long enough for clocks to ramp
 
 
 class Timer:
@@ -56,6 +58,20 @@ class Timer:
         t2 = [self.elapsed(s, e) for s, e in zip(starts, e2s)]
         return t1, t2, last
 
+    def _warm(self, fns: Sequence[Callable[[], Any]], warmup: int,
+              min_s: float = WARMUP_S) -> None:
+        """At least `warmup` calls AND `min_s` of busy device: an idle GPU sits at low clocks
+        (an H200 idles near 345 MHz), so a count-only warm-up times the clock ramp."""
+        deadline = time.perf_counter() + min_s
+        i = 0
+        while i < max(warmup, 2) or time.perf_counter() < deadline:
+            self.zero_(self.flush)
+            fns[i % len(fns)]()
+            i += 1
+            if i % 8 == 0:
+                self.sync()  # keep the host from racing ahead of the device
+        self.sync()
+
     def gap0(self) -> float:
         """Median host wake-up gap (e2 - e1) of an empty function, calibrated once."""
         if self._gap0 is None:
@@ -66,10 +82,8 @@ class Timer:
 
     def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int) -> dict[str, Any]:
         """Time `fns` (rotated input sets); returns stats in ms and the last output per set."""
+        self._warm(fns, warmup)
         gap0 = self.gap0()
-        for i in range(max(warmup, 2)):
-            fns[i % len(fns)]()
-        self.sync()
         t1, t2, last = self._loop(fns, runs)
         gaps = [b - a for a, b in zip(t1, t2)]
         med1 = _median(t1)
