@@ -1,8 +1,8 @@
 """Backbone benchmark: events/s per hop and p50/p99 hop latency on the embedded broker.
 
-Processing is a no-op relay (each hop turns its input into the next stage's
-event, as tests/kz_common/relay.py does), so the numbers measure the backbone:
-decode + validate + dedupe + wrap + publish + commit.
+Processing is a no-op: each hop answers every input with one prebuilt payload of
+the next stage's type, so the numbers measure the backbone alone: decode +
+validate + dedupe + wrap + encode + publish + commit.
 
   throughput: N events preloaded on a hop's input; one consumer process drains them.
   latency:    the whole 4-hop chain runs (one process per hop) while events are
@@ -33,14 +33,31 @@ from kz_common.broker import EmbeddedBroker  # noqa: E402
 from kz_common.config import Settings  # noqa: E402
 from kz_common.runner import ServiceRunner  # noqa: E402
 from schemas import Producer, encode, make_event  # noqa: E402
-from tests.kz_common.relay import Relay, challenge, chain  # noqa: E402
+from tests.kz_common.relay import Relay, challenge, chain, step  # noqa: E402
 
 HOPS = ["challenges", "solutions", "extracted", "verified", "curated"]
 
 
+class NoOp:
+    """A hop that does no work: it answers every input with a prebuilt next-stage payload."""
+
+    stateful = False
+
+    def __init__(self, relay: Relay) -> None:
+        self.name, self.version, self.inputs = relay.name, "bench", relay.inputs
+        payload = challenge(0)
+        for _ in range(HOPS.index(relay.inputs[0]) + 1):
+            payload = step(payload)
+        self.payload = payload
+
+    def process(self, event):  # type: ignore[no-untyped-def]
+        # keep the challenge id: it is the partition key, so the next hop's load stays spread
+        return [self.payload.model_copy(update={"challenge_id": event.payload.challenge_id})]
+
+
 def _serve(index: int, bootstrap: str, seconds: float, prefix: str) -> None:
     settings = Settings(kafka={"topic_prefix": prefix})
-    core = chain()[index]
+    core = NoOp(chain()[index])
 
     async def main() -> None:
         stop = asyncio.Event()

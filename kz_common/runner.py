@@ -107,8 +107,9 @@ class ServiceRunner:
         raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
         k = self.settings.kafka
         records = [InRecord(logical(k, r.topic), r.partition, r.offset, r.value or b"") for r in raw]
+        assigned = {tp.partition for tp in msg.consumer.assignment()}  # type: ignore[attr-defined]
         try:
-            outs = await asyncio.to_thread(self._process, records)
+            outs = await asyncio.to_thread(self._process, records, assigned)
             assert self._producer is not None
             futures = [await self._producer.send(physical(k, o.topic), o.value, key=o.key) for o in outs]
             await asyncio.gather(*futures)
@@ -120,8 +121,10 @@ class ServiceRunner:
             self._failed = exc
             await msg.nack()
 
-    def _process(self, records: list[InRecord]) -> list[OutMessage]:
-        cold = sorted({r.partition for r in records} - self._warm)
+    def _process(self, records: list[InRecord], assigned: set[int]) -> list[OutMessage]:
+        # Warm every assigned partition at once: each warm-up scans the log, so one scan per
+        # rebalance, not one per partition as its first record happens to arrive.
+        cold = sorted(({r.partition for r in records} | assigned) - self._warm)
         if cold and self.settings.runner.rebuild_from_log:
             self._warm_up(cold)
         self._warm.update(cold)

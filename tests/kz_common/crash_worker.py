@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -19,7 +20,8 @@ class SlowRelay(Relay):
 
     def process(self, event: AnyEnvelope):  # type: ignore[no-untyped-def]
         time.sleep(self.delay)  # so the test can kill us mid-stream
-        return super().process(event)
+        # model_id names the worker process, so tests can see how the group shared the work
+        return [p.model_copy(update={"model_id": f"pid-{os.getpid()}"}) for p in super().process(event)]
 
 
 async def main(delay: float) -> None:

@@ -122,3 +122,25 @@ def test_killed_consumer_restarts_with_nothing_lost_or_duplicated(settings: Sett
     docs = read(settings, "solutions")
     assert sorted(d["causation_id"] for d in docs) == sorted(e.event_id for e in events)  # none lost
     assert len(docs) == n and len({d["event_id"] for d in docs}) == n  # none duplicated
+
+
+def test_workers_share_partitions_and_survivors_take_over_a_killed_one(settings: Settings) -> None:
+    n = 150
+    events = challenge_events(n)
+    publish_events(settings, "challenges", events)
+    workers = [_worker(settings, delay=0.03) for _ in range(3)]  # one group, 3 partitions
+    try:
+        wait_for(lambda: len(read(settings, "solutions")) >= 20, what="first outputs")
+        wait_for(lambda: len({d["payload"]["model_id"] for d in read(settings, "solutions")}) == 3,
+                 what="all three workers producing")  # the group split the partitions
+        os.killpg(workers[0].pid, signal.SIGKILL)  # its partitions move to the other two
+        workers[0].wait()
+        wait_for(lambda: len(read(settings, "solutions")) >= n, timeout_s=120, what="survivors finish")
+        assert all(w.poll() is None for w in workers[1:]), "a surviving worker died"
+    finally:
+        for w in workers[1:]:
+            os.killpg(w.pid, signal.SIGTERM)
+            w.wait(20)
+    docs = read(settings, "solutions")
+    assert sorted(d["causation_id"] for d in docs) == sorted(e.event_id for e in events)
+    assert len(docs) == n  # nothing lost, nothing duplicated across the hand-over
