@@ -276,8 +276,8 @@ def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: 
     with open(err_path, "wb") as err:
         preexec = None if shutil.which("prlimit") else _rlimit_preexec(limits, view.device)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                env=env, start_new_session=True, close_fds=True,
-                                pass_fds=(ctrl_w,), preexec_fn=preexec)
+                                env=env, start_new_session=True, close_fds=True, cwd=view.work,
+                                pass_fds=(ctrl_w,), preexec_fn=preexec)  # cwd: never the verifier's
     os.close(ctrl_w)
     out, ctrl = _Drain(proc.stdout), _Control(ctrl_r)
     out.start()
