@@ -20,7 +20,7 @@ from schemas.events import (
 )
 from services.solver.config import SolverConfig
 from services.solver.exceptions import AdapterUnknown, SamplingFailed
-from services.solver.prompt import build_prompt, prompt_hash
+from kz_common.prompts import build_prompt, prompt_hash
 
 
 def challenge_seed(challenge_id: str, salt: str = "") -> int:

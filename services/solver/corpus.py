@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from kz_common.kernels import available_ops, reference_solution
 from kz_common.ops import cpu_test_range, get_op, render_problem
 from schemas.events import ChallengeContext, Target
-from services.solver.prompt import build_prompt
+from kz_common.prompts import build_prompt
 
 
 def demo_context(op: str, dtype: str = "float32") -> ChallengeContext:

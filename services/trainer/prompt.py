@@ -1,82 +1,20 @@
 """Prompt and completion text of a training example.
 
-The prompt must be byte-identical to the one the solver sends for the same
-challenge, or the adapter learns a distribution it is never asked for. The
-solver's builder lives in services/solver/prompt.py, and services never import
-each other, so this is a copy of it (header, solution contract, `few_shot`
-reference kernels picked with seed_key = challenge id, the problem).
-tests/services/trainer/test_prompt_parity.py fails when the two drift apart;
-the fix is to move the builder into kz_common and import it from both.
-The completion is the code in a ```python fence, which the extractor reads back.
+The prompt is the solver's, byte for byte (kz_common.prompts), with the examples
+picked by challenge id as the solver picks them; otherwise the adapter would learn
+a distribution it is never asked for. tests/services/trainer/test_prompt_parity.py
+checks the two stay identical.
 """
 
 from __future__ import annotations
 
-import hashlib
+from kz_common.prompts import build_prompt as _solver_prompt
+from kz_common.prompts import format_completion
+from schemas import ChallengeContext
 
-from kz_common.kernels import available_ops, reference_solution
-from kz_common.ops import get_op
-from schemas import ChallengeContext, Target
-
-CONSTRAINT_TEXT = {
-    "no_optimized_library_call": (
-        "no optimised library call: do not compute the result with torch / torch.nn.functional ops "
-        "(torch.softmax, F.layer_norm, torch.matmul, @, ...), cuBLAS/cuDNN wrappers, torch.compile, "
-        "or by calling Model / ModelOpt"
-    ),
-}
-
-CONTRACT = """## Solution contract
-- Reply with one Python module in a single ```python code block.
-- Define `class ModelNew(nn.Module)` with the same constructor arguments as `Model`, whose
-  `forward` takes the same inputs and returns the same outputs (shape, dtype, device).
-- Compute the result in one or more `@triton.jit` kernels launched from `forward`.
-- Import only torch, torch.nn, triton, triton.language and math.
-- In `forward`, torch may only allocate outputs (torch.empty, torch.empty_like, torch.zeros) and
-  inspect or reshape tensors (.shape, .stride(), .view, .reshape, .contiguous).
-- Constraints: {constraints}.
-- It must be correct for every shape in the range ({shapes}) at dtype {dtype}; performance target:
-  {target}.
-"""
-
-HEADER = "You are an expert GPU kernel engineer. Write an optimised Triton kernel for the PyTorch " \
-         "module below.\n\n"
-
-
-def target_text(target: Target) -> str:
-    if target.kind == "naive_multiple":
-        return f"at most {target.value:g}x the naive reference's time"
-    return f"at least {target.value:g}x the speed of the optimised baseline (ModelOpt)"
+__all__ = ["build_prompt", "format_completion"]
 
 
 def build_prompt(ctx: ChallengeContext, challenge_id: str, *, few_shot: int = 2) -> str:
     """The solver's prompt for challenge `challenge_id` with context `ctx`."""
-    shapes = ", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in ctx.shape_range.items())
-    constraints = "; ".join(CONSTRAINT_TEXT.get(c, c) for c in ctx.constraints) or "none"
-    parts = [HEADER, CONTRACT.format(constraints=constraints, shapes=shapes, dtype=ctx.dtype,
-                                     target=target_text(ctx.target))]
-    examples = _pick_examples(ctx.op, ctx.family, few_shot, challenge_id)
-    if examples:
-        parts.append("\n## Examples of accepted solutions\n")
-        for op in examples:
-            parts.append(f"\n### {op} ({get_op(op).family})\n```python\n{reference_solution(op).rstrip()}\n```\n")
-    parts.append(f"\n## Problem\n```python\n{ctx.problem_source.rstrip()}\n```\n\n## Solution\n")
-    return "".join(parts)
-
-
-def _pick_examples(op: str, family: str, k: int, seed_key: str) -> list[str]:
-    """Up to k reference ops other than `op`: same family first, then a stable shuffled rest."""
-    if k <= 0:
-        return []
-    candidates = [o for o in available_ops() if o != op]
-
-    def rank(o: str) -> tuple[bool, str]:
-        mix = hashlib.blake2b(f"{seed_key}|{op}|{o}".encode(), digest_size=4).hexdigest()
-        return (get_op(o).family != family, mix)
-
-    return sorted(candidates, key=rank)[:k]
-
-
-def format_completion(code: str) -> str:
-    """The answer text the model is trained to produce for `code`."""
-    return f"```python\n{code.strip()}\n```\n"
+    return _solver_prompt(ctx, few_shot=few_shot, seed_key=challenge_id)

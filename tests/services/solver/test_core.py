@@ -25,7 +25,7 @@ from services.challenger.config import ChallengerConfig
 from services.solver import SolverCore, build_prompt, challenge_seed
 from services.solver.config import SolverConfig
 from services.solver.exceptions import AdapterUnknown, SamplingFailed
-from services.solver.prompt import prompt_hash
+from kz_common.prompts import prompt_hash
 
 KZ = Producer(service="kz", version="1")
 CFG = SolverConfig(n_samples=3, max_tokens=16, few_shot=0, temperature=0.8)

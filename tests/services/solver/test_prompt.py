@@ -5,7 +5,7 @@ from __future__ import annotations
 from kz_common.kernels import available_ops, reference_solution
 from services.extractor import extract
 from services.solver.corpus import demo_context, solution_text, training_texts
-from services.solver.prompt import build_prompt, pick_examples
+from kz_common.prompts import build_prompt, pick_examples
 
 
 def test_prompt_states_the_contract_and_embeds_the_problem() -> None:

@@ -1,18 +1,18 @@
-"""The trainer's prompt copy must equal the solver's prompt, byte for byte.
+"""The trainer's training prompt must equal the solver's sampling prompt, byte for byte.
 
-Services never import each other, so the trainer carries a copy of the solver's
-prompt builder; this test (tests may import both) catches drift between them.
+Both come from kz_common.prompts, but the solver renders from the challenge and the
+trainer from the ChallengeContext carried by verdicts, with the challenge id as seed key.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from kz_common import prompts as solver_prompt
 from kz_common.ops import cpu_test_range, op_names, render_problem
 from schemas import ChallengeContext, ChallengeCreated, Target
 from services.trainer.prompt import build_prompt
 
-solver_prompt = pytest.importorskip("services.solver.prompt")
 
 
 @pytest.mark.parametrize("op", op_names())

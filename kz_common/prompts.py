@@ -1,7 +1,8 @@
 """The solver prompt: the solution contract, few-shot reference kernels, the problem.
 
-The same builder renders the tiny demo model's training texts (see `corpus`), so
-the model sees exactly the prompt shape it was trained on.
+One builder for everyone who needs the prompt text: the solver samples with it, the
+trainer trains on it (a LoRA adapter must see exactly the prompts it will be asked),
+and the tiny demo model's training texts are rendered with it.
 """
 
 from __future__ import annotations
@@ -77,3 +78,8 @@ def pick_examples(op: str, family: str, k: int, seed_key: str = "") -> list[str]
 
 def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()
+
+
+def format_completion(code: str) -> str:
+    """The answer text a model is trained to produce for `code` (the extractor reads it back)."""
+    return f"```python\n{code.strip()}\n```\n"
