@@ -87,12 +87,13 @@ def blocked_for_others(path: str) -> bool:
 
 def bwrap_args(view: View, staged: dict[str, str]) -> list[str]:
     """bwrap arguments (run after the uid drop). `staged` maps blocked paths to reachable ones."""
+    # The private /tmp goes first: a later tmpfs would hide a venv or clone that lives under /tmp.
     a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-         "--ro-bind", "/usr", "/usr"]
+         "--ro-bind", "/usr", "/usr", "--tmpfs", "/tmp"]
     a += _link_args(lambda src, dst: ["--symlink", src, dst], lambda p: ["--ro-bind", p, p])
     for p in system_ro_paths(view.device):
         a += ["--ro-bind", staged.get(p, p), p]
-    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    a += ["--proc", "/proc", "--dev", "/dev",
           "--bind", view.work, WORK, "--ro-bind", view.inputs, INPUTS, "--bind", view.cache, CACHE]
     if view.device == "cuda":
         for n in gpu_nodes():
@@ -133,6 +134,8 @@ def chroot_script(view: View, root: str) -> str:
         lines.append(f"mount --rbind {q(p)} {d} && mount -o remount,bind,ro {d}")
 
     ro("/usr")
+    # The private /tmp before the other binds, so it cannot hide a venv that lives under /tmp.
+    lines += [f"mkdir -p {R}/tmp", f"mount -t tmpfs -o mode=1777,size=1g kztmp {R}/tmp"]
     for top in _TOP_LINKS:
         if os.path.islink(top):
             lines.append(f"ln -s {q(os.readlink(top))} {R}{top}")
@@ -140,10 +143,9 @@ def chroot_script(view: View, root: str) -> str:
             ro(top)
     for p in system_ro_paths(view.device):
         ro(p)
-    lines += [f"mkdir -p {R}/dev {R}/proc {R}/tmp {R}{WORK} {R}{INPUTS} {R}{CACHE}",
+    lines += [f"mkdir -p {R}/dev {R}/proc {R}{WORK} {R}{INPUTS} {R}{CACHE}",
               f"mount -t tmpfs -o mode=0755,size=1m kzdev {R}/dev",
               f"mount -t proc proc {R}/proc",
-              f"mount -t tmpfs -o mode=1777,size=1g kztmp {R}/tmp",
               f"mount --bind {q(view.work)} {R}{WORK}",
               f"mount --bind {q(view.inputs)} {R}{INPUTS} && "
               f"mount -o remount,bind,ro {R}{INPUTS}",
