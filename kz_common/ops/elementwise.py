@@ -15,7 +15,8 @@ ROW_CPU = {"rows": (1, 64), "cols": (1, 300)}
 ALL_DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _rc(s) -> int:  # type: ignore[no-untyped-def]
+def row_elements(s) -> int:  # type: ignore[no-untyped-def]
+    """rows * cols: the element count of one (rows, cols) tensor, shared by the row-op cost models."""
     return prod(s, "rows", "cols")
 
 
@@ -60,9 +61,9 @@ def get_inputs():
     b = torch.randn(rows, cols, device=KZ_DEVICE, dtype=KZ_DTYPE)
     return [a, b]
 ''',
-    flops_fn=_rc,
-    elements_fn=lambda s: 3 * _rc(s),
-    largest_tensor_fn=_rc,
+    flops_fn=row_elements,
+    elements_fn=lambda s: 3 * row_elements(s),
+    largest_tensor_fn=row_elements,
 )
 
 GELU = OpSpec(
@@ -96,9 +97,9 @@ class ModelOpt(nn.Module):
         return F.gelu(x, approximate="tanh")
 ''',
     inputs_source=X_INPUT,
-    flops_fn=lambda s: 8 * _rc(s),
-    elements_fn=lambda s: 2 * _rc(s),
-    largest_tensor_fn=_rc,
+    flops_fn=lambda s: 8 * row_elements(s),
+    elements_fn=lambda s: 2 * row_elements(s),
+    largest_tensor_fn=row_elements,
 )
 
 SILU = OpSpec(
@@ -131,9 +132,9 @@ class ModelOpt(nn.Module):
         return F.silu(x)
 ''',
     inputs_source=X_INPUT,
-    flops_fn=lambda s: 4 * _rc(s),
-    elements_fn=lambda s: 2 * _rc(s),
-    largest_tensor_fn=_rc,
+    flops_fn=lambda s: 4 * row_elements(s),
+    elements_fn=lambda s: 2 * row_elements(s),
+    largest_tensor_fn=row_elements,
 )
 
 OPS = (ADD, GELU, SILU)

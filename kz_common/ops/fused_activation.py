@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from kz_common.ops.elementwise import ALL_DTYPES, ROW_CPU, ROW_DEFAULT, ROW_DIMS, ROW_LIMITS
-from kz_common.ops.spec import OpSpec, prod
-
-
-def _rc(s) -> int:  # type: ignore[no-untyped-def]
-    return prod(s, "rows", "cols")
-
+from kz_common.ops.elementwise import (
+    ALL_DTYPES,
+    ROW_CPU,
+    ROW_DEFAULT,
+    ROW_DIMS,
+    ROW_LIMITS,
+    row_elements,
+)
+from kz_common.ops.spec import OpSpec
 
 BIAS_GELU = OpSpec(
     name="bias_gelu",
@@ -47,9 +49,9 @@ def get_inputs():
     bias = torch.randn(cols, device=KZ_DEVICE, dtype=KZ_DTYPE)
     return [x, bias]
 ''',
-    flops_fn=lambda s: 9 * _rc(s),
-    elements_fn=lambda s: 2 * _rc(s) + s["cols"],
-    largest_tensor_fn=_rc,
+    flops_fn=lambda s: 9 * row_elements(s),
+    elements_fn=lambda s: 2 * row_elements(s) + s["cols"],
+    largest_tensor_fn=row_elements,
 )
 
 OPS = (BIAS_GELU,)

@@ -5,13 +5,15 @@ Weights are forward inputs, not nn.Parameters, so no state hides in the module.
 
 from __future__ import annotations
 
-from kz_common.ops.elementwise import ALL_DTYPES, ROW_CPU, ROW_DEFAULT, ROW_DIMS, ROW_LIMITS
-from kz_common.ops.spec import OpSpec, prod
-
-
-def _rc(s) -> int:  # type: ignore[no-untyped-def]
-    return prod(s, "rows", "cols")
-
+from kz_common.ops.elementwise import (
+    ALL_DTYPES,
+    ROW_CPU,
+    ROW_DEFAULT,
+    ROW_DIMS,
+    ROW_LIMITS,
+    row_elements,
+)
+from kz_common.ops.spec import OpSpec
 
 LAYERNORM = OpSpec(
     name="layernorm",
@@ -55,9 +57,9 @@ def get_inputs():
     return [x, weight, bias]
 ''',
     # mean, subtract, square, sum, normalise, scale, shift (+ a per-row rsqrt)
-    flops_fn=lambda s: 8 * _rc(s),
-    elements_fn=lambda s: 2 * _rc(s) + 2 * s["cols"],
-    largest_tensor_fn=_rc,
+    flops_fn=lambda s: 8 * row_elements(s),
+    elements_fn=lambda s: 2 * row_elements(s) + 2 * s["cols"],
+    largest_tensor_fn=row_elements,
 )
 
 RMSNORM = OpSpec(
@@ -103,9 +105,9 @@ def get_inputs():
     return [x, weight]
 ''',
     # square, sum, scale, weight (+ a per-row rsqrt)
-    flops_fn=lambda s: 4 * _rc(s),
-    elements_fn=lambda s: 2 * _rc(s) + s["cols"],
-    largest_tensor_fn=_rc,
+    flops_fn=lambda s: 4 * row_elements(s),
+    elements_fn=lambda s: 2 * row_elements(s) + s["cols"],
+    largest_tensor_fn=row_elements,
 )
 
 OPS = (LAYERNORM, RMSNORM)

@@ -14,13 +14,9 @@ from kz_common.ops.elementwise import (
     ROW_DIMS,
     ROW_LIMITS,
     X_INPUT,
+    row_elements,
 )
-from kz_common.ops.spec import OpSpec, prod
-
-
-def _rc(s) -> int:  # type: ignore[no-untyped-def]
-    return prod(s, "rows", "cols")
-
+from kz_common.ops.spec import OpSpec
 
 ROW_SUM = OpSpec(
     name="row_sum",
@@ -52,9 +48,9 @@ class ModelOpt(nn.Module):
         return torch.sum(x, dim=-1)
 ''',
     inputs_source=X_INPUT,
-    flops_fn=_rc,
-    elements_fn=lambda s: _rc(s) + s["rows"],
-    largest_tensor_fn=_rc,
+    flops_fn=row_elements,
+    elements_fn=lambda s: row_elements(s) + s["rows"],
+    largest_tensor_fn=row_elements,
 )
 
 ROW_MAX = OpSpec(
@@ -87,9 +83,9 @@ class ModelOpt(nn.Module):
         return torch.amax(x, dim=-1)
 ''',
     inputs_source=X_INPUT,
-    flops_fn=_rc,
-    elements_fn=lambda s: _rc(s) + s["rows"],
-    largest_tensor_fn=_rc,
+    flops_fn=row_elements,
+    elements_fn=lambda s: row_elements(s) + s["rows"],
+    largest_tensor_fn=row_elements,
 )
 
 OPS = (ROW_SUM, ROW_MAX)

@@ -9,13 +9,9 @@ from kz_common.ops.elementwise import (
     ROW_DIMS,
     ROW_LIMITS,
     X_INPUT,
+    row_elements,
 )
-from kz_common.ops.spec import OpSpec, prod
-
-
-def _rc(s) -> int:  # type: ignore[no-untyped-def]
-    return prod(s, "rows", "cols")
-
+from kz_common.ops.spec import OpSpec
 
 SOFTMAX = OpSpec(
     name="softmax",
@@ -50,9 +46,9 @@ class ModelOpt(nn.Module):
 ''',
     inputs_source=X_INPUT,
     # max, subtract, exp, sum, divide per element
-    flops_fn=lambda s: 5 * _rc(s),
-    elements_fn=lambda s: 2 * _rc(s),
-    largest_tensor_fn=_rc,
+    flops_fn=lambda s: 5 * row_elements(s),
+    elements_fn=lambda s: 2 * row_elements(s),
+    largest_tensor_fn=row_elements,
 )
 
 OPS = (SOFTMAX,)
