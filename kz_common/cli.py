@@ -56,7 +56,11 @@ def topics(create: Annotated[bool, typer.Option(help="create missing topics")] =
 
 
 @app.command()
-def service(name: str) -> None:
+def service(
+    name: str,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        help="serve Prometheus /metrics on this port (0 = off; default runner.metrics_port)")] = None,
+) -> None:
     """Run one long-lived service consumer (for containers and multi-host runs)."""
     from kz_common.logs import setup_logging
     from kz_common.registry import build_core
@@ -64,6 +68,9 @@ def service(name: str) -> None:
 
     setup_logging()
     settings = get_settings()
+    if metrics_port is not None:
+        runner = settings.runner.model_copy(update={"metrics_port": metrics_port})
+        settings = settings.model_copy(update={"runner": runner})
     bootstrap = _require_bootstrap()
     core = build_core(name, settings)
 
@@ -80,11 +87,16 @@ def run(
     rounds: Annotated[int, typer.Option(help="flywheel rounds to run")] = 1,
     challenges: Annotated[int, typer.Option(help="challenges per round")] = 4,
     timeout: Annotated[float, typer.Option(help="seconds to wait for one round")] = 900.0,
+    metrics_base_port: Annotated[Optional[int], typer.Option(
+        help="service i serves /metrics on this port + i (0 = off; default runner.metrics_port)")] = None,
 ) -> None:
     """The main job: broker (embedded unless configured), all services, N rounds, a summary."""
     from kz_common.flywheel import run_flywheel
 
-    run_flywheel(get_settings(), rounds=rounds, challenges=challenges, round_timeout_s=timeout, console=console)
+    settings = get_settings()
+    base = settings.runner.metrics_port if metrics_base_port is None else metrics_base_port
+    run_flywheel(settings, rounds=rounds, challenges=challenges, round_timeout_s=timeout, console=console,
+                 metrics_base_port=base)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

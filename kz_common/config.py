@@ -62,6 +62,10 @@ class RunnerConfig(Section):
     dedupe_capacity: int = 2_000_000
     # Seconds to wait for in-flight batches on SIGTERM before exiting.
     shutdown_grace_s: float = 10.0
+    # Prometheus /metrics port of a service; 0 = off (tests and ad-hoc runs need no free port).
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    # Loopback: the endpoint has no authentication. Containers set 0.0.0.0 to be scraped.
+    metrics_host: str = "127.0.0.1"
 
 
 class PathsConfig(Section):

@@ -34,14 +34,18 @@ STAGES = ("solutions", "extracted", "verified", "curated")
 
 
 def run_flywheel(
-    settings: Settings, *, rounds: int, challenges: int, round_timeout_s: float, console: Console
+    settings: Settings, *, rounds: int, challenges: int, round_timeout_s: float, console: Console,
+    metrics_base_port: int = 0,
 ) -> list[RoundLedger]:
     data = settings.paths.data_dir
     (data / "logs").mkdir(parents=True, exist_ok=True)
     with ensure_broker(settings.kafka, data / "logs" / "broker.log") as bootstrap:
         create_topics(settings.kafka, bootstrap)
         console.print(f"broker {bootstrap}; logs in {data / 'logs'}")
-        procs = _start_services(settings, bootstrap, data / "logs")
+        procs = _start_services(settings, bootstrap, data / "logs", metrics_base_port)
+        if metrics_base_port:
+            ports = ", ".join(f"{n} {metrics_base_port + i}" for i, n in enumerate(SERVICES))
+            console.print(f"metrics at http://{settings.runner.metrics_host}:PORT/metrics, PORT: {ports}")
         try:
             watcher = Watcher(settings.kafka, bootstrap)
             ledgers = []
@@ -77,17 +81,22 @@ def _service_env(settings: Settings, bootstrap: str) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
-def _start_services(settings: Settings, bootstrap: str, logs: Path) -> dict[str, subprocess.Popen[bytes]]:
+def _start_services(
+    settings: Settings, bootstrap: str, logs: Path, metrics_base_port: int = 0
+) -> dict[str, subprocess.Popen[bytes]]:
     env = _service_env(settings, bootstrap)
     procs = {}
     # Every service, plus the archiver: the embedded broker forgets everything when it stops.
     commands = {name: ["service", name] for name in SERVICES} | {"archiver": ["archive", "--follow"]}
-    for name, args in commands.items():
+    for i, (name, args) in enumerate(commands.items()):
+        # One host, so one port each (base + index); the archiver has no metrics. Set for
+        # every child, so a configured runner.metrics_port is never bound by all of them.
+        port = metrics_base_port + i if metrics_base_port and name in SERVICES else 0
         log = open(logs / f"{name}.log", "ab")
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "kz_common.cli", *args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**env, "KZ_RUNNER__METRICS_PORT": str(port)}, start_new_session=True,
         )
     return procs
 

@@ -36,6 +36,9 @@ from schemas import decode as decode_event
 
 log = logging.getLogger(__name__)
 DEAD_LETTER_INDEX = 1 << 20  # output index reserved for the dead letter of an input
+# Boolean payload fields that are a verdict (verifier, extractor, curator, evaluator): counted
+# by value so a pass rate is passed / total of one event type.
+OUTCOME_FIELDS = ("passed", "accepted", "kept", "promoted")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class OutMessage:
     key: bytes  # correlation id: keeps a challenge's events on one partition
     value: bytes
     event_id: str
+    # What the adapter's metrics need to know without decoding the bytes again:
+    event_type: str = ""
+    outcome: tuple[str, bool] | None = None  # (field, value) of the payload's boolean verdict
+    reason: str | None = None  # error kind of a dead letter
 
 
 ErrorKind = Literal["decode", "schema", "processing", "oversize"]
@@ -66,7 +73,10 @@ class BatchProcessor:
         self.max_bytes = max_bytes
         self.done = SeenIds(capacity)  # inputs whose effect this process has applied
         self.emitted = SeenIds(capacity)  # inputs whose outputs are already on the log
-        self.counts = {"in": 0, "out": 0, "dead": 0, "duplicate": 0}
+        # Keys fixed here: metrics read this dict from the HTTP thread. The skip counters:
+        # duplicate = an event already handled (redelivered or copied), redelivered = a
+        # dead-lettered record delivered again, on_log = its outputs were on the log already.
+        self.counts = {"in": 0, "out": 0, "dead": 0, "duplicate": 0, "redelivered": 0, "on_log": 0}
 
     # ------------------------------------------------------------------ entry points
 
@@ -98,6 +108,7 @@ class BatchProcessor:
     def _handle(self, rec: InRecord, *, emit: bool) -> list[OutMessage]:
         coordinate = f"{rec.topic}/{rec.partition}/{rec.offset}"
         if coordinate in self.done:
+            self.counts["redelivered"] += int(emit)  # replays are not skips
             return []
         if len(rec.value) > self.max_bytes:
             self.done.add(coordinate)
@@ -112,7 +123,7 @@ class BatchProcessor:
             self.done.add(coordinate)
             return self._dead(rec, event, "schema", f"{event.type} does not belong on {rec.topic}", emit)
         if event.event_id in self.done:
-            self.counts["duplicate"] += 1
+            self.counts["duplicate"] += int(emit)
             return []
         self.done.add(event.event_id)
         return self._process(rec, event, emit)
@@ -132,7 +143,10 @@ class BatchProcessor:
             log.exception("core %s failed on %s", self.core.name, event.event_id)
             detail = "".join(traceback.format_exception_only(exc)).strip()
             return self._dead(rec, event, "processing", f"unexpected: {detail}", emit)
-        if not emit or event.event_id in self.emitted:
+        if not emit:
+            return []
+        if event.event_id in self.emitted:
+            self.counts["on_log"] += 1
             return []
         try:
             return [self._wrap(p, event, i) for i, p in enumerate(payloads)]
@@ -147,13 +161,17 @@ class BatchProcessor:
         value = encode(event)
         if len(value) > self.max_bytes:
             raise _Oversize(f"output {event.type} is {len(value)} bytes > {self.max_bytes}")
-        return OutMessage(EVENTS[event.type].topic, correlation.encode(), value, event.event_id)
+        return OutMessage(EVENTS[event.type].topic, correlation.encode(), value, event.event_id,
+                          event.type, _outcome(payload))
 
     def _dead(
         self, rec: InRecord, event: AnyEnvelope | None, kind: ErrorKind, error: str, emit: bool
     ) -> list[OutMessage]:
         log.warning("dead-letter %s from %s: %s", kind, rec.topic, error[:300])
-        if not emit or (event is not None and event.event_id in self.emitted):
+        if not emit:
+            return []
+        if event is not None and event.event_id in self.emitted:
+            self.counts["on_log"] += 1
             return []
         original_id = event.event_id if event else peek_event_id(rec.value)
         original = rec.value
@@ -172,7 +190,16 @@ class BatchProcessor:
                 update={"event_id": derived_event_id(event.event_id, self.core.name, DEAD_LETTER_INDEX),
                         "causation_id": event.event_id}
             )
-        return [OutMessage("dead-letters", correlation.encode(), encode(dead), dead.event_id)]
+        return [OutMessage("dead-letters", correlation.encode(), encode(dead), dead.event_id,
+                           dead.type, reason=kind)]
+
+
+def _outcome(payload: BaseModel) -> tuple[str, bool] | None:
+    for field in OUTCOME_FIELDS:
+        value = getattr(payload, field, None)
+        if isinstance(value, bool):
+            return field, value
+    return None
 
 
 class _Oversize(Exception):

@@ -10,6 +10,11 @@ runner (1) scans the log for outputs this service already produced and (2)
 replays that partition's committed inputs through the core with outputs
 discarded, so stateful cores get their state back. Both scans are O(log); a
 snapshot store would bound them and is future work.
+
+Metrics (`kz_common.metrics`) are recorded here, never in the processor: inputs and
+core time per record as they are processed, outputs once the broker acknowledged
+them, and consumer lag from the high watermarks of fetch responses (Tansu answers
+ListOffsets("latest") wrongly) every loop tick.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,6 +30,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import IllegalStateError
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
@@ -32,6 +39,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kz_common.admin import scan
 from kz_common.config import Settings
 from kz_common.core import ServiceCore
+from kz_common.metrics import MetricsServer, ServiceMetrics
 from kz_common.processing import BatchProcessor, InRecord, OutMessage
 from kz_common.topics import logical, physical
 from schemas import TOPICS
@@ -48,12 +56,14 @@ async def _raw_bytes(msg: Any) -> Any:
 class _Revocations(ConsumerRebalanceListener):
     """Forget warm state for partitions taken away, so a later return replays again."""
 
-    def __init__(self, warm: set[int]) -> None:
+    def __init__(self, warm: set[int], on_revoked: Callable[[AioTopicPartition], None]) -> None:
         self.warm = warm
+        self.on_revoked = on_revoked
 
     async def on_partitions_revoked(self, revoked: Iterable[AioTopicPartition]) -> None:
         for tp in revoked:
             self.warm.discard(tp.partition)
+            self.on_revoked(tp)
 
     async def on_partitions_assigned(self, assigned: Iterable[AioTopicPartition]) -> None:
         return None
@@ -73,6 +83,11 @@ class ServiceRunner:
             core, max_bytes=settings.kafka.max_message_bytes, capacity=settings.runner.dedupe_capacity
         )
         self._warm: set[int] = set()
+        self.metrics = ServiceMetrics(core.name)
+        self.metrics.watch_counts(self.processor.counts)
+        self.metrics_server: MetricsServer | None = None  # set while run() serves /metrics
+        # (logical topic, partition) -> next offset this process has finished (committed) there.
+        self._finished: dict[tuple[str, int], int] = {}
         self._failed: BaseException | None = None
         self._producer: AIOKafkaProducer | None = None
         self.broker = self._build_broker()
@@ -94,11 +109,17 @@ class ServiceRunner:
             max_poll_interval_ms=k.max_poll_interval_ms, ack_policy=AckPolicy.MANUAL,
             # Range keeps partition p of every input topic on one member: a challenge stays local.
             partition_assignment_strategy=(RangePartitionAssignor,),
-            listener=_Revocations(self._warm),
+            listener=_Revocations(self._warm, self._revoked),
             decoder=_raw_bytes,  # we decode and validate ourselves: garbage must reach the DLQ
         )
         subscriber(self._on_batch)
+        self._subscriber = subscriber
         return broker
+
+    def _revoked(self, tp: AioTopicPartition) -> None:
+        name = logical(self.settings.kafka, tp.topic)
+        self._finished.pop((name, tp.partition), None)
+        self.metrics.forget_lag(name, tp.partition)
 
     # ------------------------------------------------------------------ the handler
 
@@ -108,16 +129,26 @@ class ServiceRunner:
         k = self.settings.kafka
         records = [InRecord(logical(k, r.topic), r.partition, r.offset, r.value or b"") for r in raw]
         assigned = {tp.partition for tp in msg.consumer.assignment()}  # type: ignore[attr-defined]
+        started = time.perf_counter()
+        for rec in records:  # a partition's first record after assignment sits at its committed offset
+            self._finished.setdefault((rec.topic, rec.partition), rec.offset)
         try:
             outs = await asyncio.to_thread(self._process, records, assigned)
             assert self._producer is not None
             futures = [await self._producer.send(physical(k, o.topic), o.value, key=o.key) for o in outs]
             await asyncio.gather(*futures)
             await msg.ack()
+            self.metrics.published(outs)
+            self.metrics.batch_done(time.perf_counter() - started)
+            for rec in records:
+                tp = (rec.topic, rec.partition)
+                self._finished[tp] = max(self._finished.get(tp, 0), rec.offset + 1)
+            await self._refresh_lag()
             if self.on_batch:
                 self.on_batch(records, outs)
         except Exception as exc:  # broker trouble: leave offsets uncommitted and stop
             log.exception("batch failed in %s; stopping so a restart can resume cleanly", self.core.name)
+            self.metrics.batch_failed()
             self._failed = exc
             await msg.nack()
 
@@ -130,8 +161,30 @@ class ServiceRunner:
         self._warm.update(cold)
         outs: list[OutMessage] = []
         for rec in records:
+            self.metrics.received(rec.topic)
+            started = time.perf_counter()
             outs.extend(self.processor.handle(rec))
+            self.metrics.processed(time.perf_counter() - started)
         return outs
+
+    async def _refresh_lag(self) -> None:
+        """Lag per assigned partition: the last fetch's high watermark minus what we finished."""
+        consumer = getattr(self._subscriber, "consumer", None)  # FastStream's aiokafka consumer
+        if consumer is None:
+            return
+        k = self.settings.kafka
+        for tp in list(consumer.assignment()):
+            try:
+                high = consumer.highwater(tp)  # None until a fetch for tp was answered
+                if high is None:
+                    continue
+                name = logical(k, tp.topic)
+                done = self._finished.get((name, tp.partition))
+                if done is None:  # nothing handed to us yet: the fetch position is the committed one
+                    done = await consumer.position(tp)
+            except (AssertionError, IllegalStateError, KeyError):  # revoked meanwhile
+                continue
+            self.metrics.set_lag(name, tp.partition, max(0, high - done))
 
     # ------------------------------------------------------------------ restart recovery
 
@@ -189,18 +242,26 @@ class ServiceRunner:
             max_request_size=k.max_message_bytes + 64_000, max_batch_size=512 * 1024,
             client_id=f"kz-{self.core.name}",
         )
-        await self._producer.start()
-        await self.broker.start()
-        log.info("%s consuming %s", self.core.name, ", ".join(self.core.inputs))
+        r = self.settings.runner
+        if r.metrics_port:
+            self.metrics_server = self.metrics.serve(r.metrics_host, r.metrics_port)
         try:
-            while not stop.is_set() and self._failed is None:
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=0.2)
-                except TimeoutError:
-                    pass
+            await self._producer.start()
+            await self.broker.start()
+            log.info("%s consuming %s", self.core.name, ", ".join(self.core.inputs))
+            try:
+                while not stop.is_set() and self._failed is None:
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=0.2)
+                    except TimeoutError:  # between batches too: a partition caught up shows 0
+                        await self._refresh_lag()
+            finally:
+                await self.broker.stop()
+                await self._producer.stop()
         finally:
-            await self.broker.stop()
-            await self._producer.stop()
+            if self.metrics_server is not None:  # shutdown() waits up to a poll interval: off the loop
+                await asyncio.to_thread(self.metrics_server.close)
+                self.metrics_server = None
         if self._failed is not None:
             raise RuntimeError(f"{self.core.name} stopped after a failed batch") from self._failed
 
