@@ -8,7 +8,9 @@ Layers (all views, nothing copied unless `materialize=True`):
   columns extracted from the JSON payload;
 - verified_current / curated_current: per (challenge, sample) only the verdict
   (or curation decision) of the newest verifier version, so a replay with a
-  stricter verifier replaces the older verdicts in every projection;
+  stricter verifier replaces the older verdicts in every projection (the curator
+  retracts a revoked sample with a `superseded_by:` decision, see
+  services/curator/supersede.py);
 - lineage: a curated sample joined to its verdict, extraction, solution and
   challenge (model round, verifier version).
 """
@@ -36,6 +38,15 @@ VERSION_KEY = ("CREATE MACRO version_key(v) AS "
 NEWEST_PER_SAMPLE = """QUALIFY row_number() OVER (
     PARTITION BY challenge_id, coalesce(sample_index, -1)
     ORDER BY version_key(verifier_version) DESC, produced_at DESC, event_id DESC) = 1"""
+
+# Curation decisions: the same, except that a `superseded_by:` decision (the curator's
+# retraction of an earlier verdict, emitted in the same batch as the successor's own
+# decision) never wins a tie in time against that successor. A retraction later than
+# the kept decision it voids still wins: the sample is not kept while its successor waits.
+NEWEST_DECISION = """QUALIFY row_number() OVER (
+    PARTITION BY challenge_id, coalesce(sample_index, -1)
+    ORDER BY version_key(verifier_version) DESC, produced_at DESC,
+             starts_with(coalesce(reason, ''), 'superseded_by:'), event_id DESC) = 1"""
 
 LINEAGE = """CREATE VIEW lineage AS
 SELECT c.event_id AS curated_id, c.challenge_id, c.sample_index, c.kept, c.reason AS curation_reason,
@@ -90,7 +101,7 @@ def derived_views(con: duckdb.DuckDBPyConnection, temp: bool = False) -> None:
     """The projections and the lineage join, over whatever per-type relations `con` has."""
     kind = "CREATE OR REPLACE TEMP VIEW" if temp else "CREATE VIEW"
     con.execute(f"{kind} verified_current AS SELECT * FROM solution_verified {NEWEST_PER_SAMPLE}")
-    con.execute(f"{kind} curated_current AS SELECT * FROM sample_curated {NEWEST_PER_SAMPLE}")
+    con.execute(f"{kind} curated_current AS SELECT * FROM sample_curated {NEWEST_DECISION}")
     con.execute(LINEAGE.replace("CREATE VIEW", kind, 1))
 
 

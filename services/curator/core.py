@@ -10,8 +10,28 @@ no joins. Per train verdict:
 - clean passing verdicts wait in the window. The window closes after
   `window_verdicts` verdicts or when a verdict of a newer round arrives; then
   selection.py decides each of them and pairs are recorded.
-Kept samples join the pool; once `train_threshold` new ones are waiting, a
-TrainingRequested mixes them with replayed history (mixing.py).
+Kept samples join the pool; once `train_threshold` new ones have been kept since
+the last request, a TrainingRequested mixes the waiting ones with replayed history
+(mixing.py).
+
+Re-verification (supersede.py): a newer verdict of a sample (same challenge id and
+sample index, same or newer verifier version) supersedes the current one before it
+is admitted. The earlier verdict leaves the window (decided `superseded_by:<new id>`
+if it was still waiting), and if it was kept it is revoked: out of the near-dup
+index, the per-challenge answers and both pools, and retracted downstream by a
+kept=False decision with reason `superseded_by:<new id>`. So the new verdict is
+never compared with its own sample, and a re-verified cheat that now fails is gone
+from every later training request. A re-verified sample that is kept again takes its
+predecessor's place in the pools and is not counted as new data. A verdict of an
+older version than the current one is decided `superseded_by:<current id>` and
+changes nothing.
+
+Why requests are triggered by a count of newly kept samples rather than the size of
+the new pool: after a restart the runner rebuilds this state partition by partition,
+so a sample's v1 and v2 verdicts replay back to back while live a training request
+fell between them. A revocation then shrinks the new pool instead of the history;
+counting kept decisions (revocations do not uncount) keeps the round numbers and the
+pools the same as live.
 State is in memory and rebuilt by replaying the verified topic.
 """
 
@@ -46,6 +66,7 @@ from services.curator.selection import (
     select_diverse,
 )
 from services.curator.signature import shape_lsh_keys, task_signature
+from services.curator.supersede import Arrival, Current, Ledger, sample_key
 
 
 class CuratorCore:
@@ -61,9 +82,13 @@ class CuratorCore:
         self.window_verdicts = 0
         self.window_round: int | None = None
         self.index = NearDupIndex(threshold=self.cfg.dup_threshold, num_perm=self.cfg.minhash_perm)
-        self.answers: dict[str, float] = {}  # challenge id -> score of its kept answer
-        self.new_pool: list[PoolItem] = []
-        self.history: list[PoolItem] = []
+        self.answers: dict[str, tuple[str, float]] = {}  # challenge id -> (sample id, score) of its answer
+        self.kept: dict[str, Candidate] = {}  # kept samples, by sample id: what a retraction describes
+        # Pools keyed by sample id (insertion-ordered) so a revoked sample leaves in O(1).
+        self.new_pool: dict[str, PoolItem] = {}
+        self.history: dict[str, PoolItem] = {}
+        self.ledger = Ledger()
+        self.fresh_kept = 0  # first-time kept samples since the last training request
         self.last_round = 0
         self.eval_signatures: set[str] = set()
         self.counts: dict[str, int] = {}  # funnel: decision reason -> samples
@@ -78,11 +103,24 @@ class CuratorCore:
         if ctx.purpose == "eval":
             self.eval_signatures.add(task_signature(ctx))
             return []
+        bucket = self._bucket(verdict)  # may raise: before any state changes
+        arrival, current = self.ledger.classify(event.event_id, verdict)
+        if arrival is Arrival.SAME:  # redelivered: its decision is out already
+            return []
+        if arrival is Arrival.STALE:
+            assert current is not None
+            return [self._decision(event.event_id, verdict, bucket, kept=False,
+                                   reason=f"superseded_by:{current.sample_id}")]
         out: list[BaseModel] = []
+        pool = None
+        if current is not None:
+            out += self._supersede(current, event.event_id)
+            pool = current.pool
+        self.ledger.make_current(event.event_id, verdict, pool=pool)
         if self.window and self.window_round is not None and ctx.round > self.window_round:
             out += self.close_window()
         self.window_round = ctx.round if self.window_round is None else max(self.window_round, ctx.round)
-        out += self._admit(event.event_id, verdict)
+        out += self._admit(event.event_id, verdict, bucket)
         self.window_verdicts += 1
         if self.window_verdicts >= self.cfg.window_verdicts:
             out += self.close_window()
@@ -90,13 +128,16 @@ class CuratorCore:
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, sample_id: str, v: SolutionVerified) -> list[BaseModel]:
-        ctx = v.context
+    @staticmethod
+    def _bucket(v: SolutionVerified) -> str:
         try:
-            get_op(ctx.op)
-            bucket = shape_bucket(ctx.shape_range, ctx.op)
+            get_op(v.context.op)
+            return shape_bucket(v.context.shape_range, v.context.op)
         except CatalogueError as exc:  # a verdict for an op we cannot bucket is a pipeline bug
             raise ProcessingError(f"cannot curate {v.challenge_id}: {exc}") from exc
+
+    def _admit(self, sample_id: str, v: SolutionVerified, bucket: str) -> list[BaseModel]:
+        ctx = v.context
         if v.code is None:
             return [self._decision(sample_id, v, bucket, kept=False, reason="no_code")]
         cand = Candidate(sample_id, v, v.code, bucket, shape_lsh_keys(
@@ -124,6 +165,29 @@ class CuratorCore:
         return [self._decision(cand.sample_id, cand.verdict, cand.shape_bucket, kept=False,
                                reason=reason, hits=hits)]
 
+    # ------------------------------------------------------------------ re-verification
+
+    def _supersede(self, current: Current, new_id: str) -> list[BaseModel]:
+        """Void the current verdict of a sample whose newer verdict `new_id` just arrived."""
+        old_id, reason = current.sample_id, f"superseded_by:{new_id}"
+        out: list[BaseModel] = []
+        waiting = [c for c in self.window if c.sample_id == old_id]
+        self.window = [c for c in self.window if c.sample_id != old_id]
+        # Losers held for pairs are decided already; only an undecided candidate needs a decision.
+        out += [self._candidate_decision(c, reason) for c in waiting if c.eligible]
+        kept = self.kept.pop(old_id, None)
+        if kept is not None:
+            self.index.remove(old_id)
+            cid = kept.verdict.challenge_id
+            if self.answers.get(cid, ("", 0.0))[0] == old_id:
+                del self.answers[cid]  # the challenge has no answer until a verdict earns one again
+            if self.new_pool.pop(old_id, None) is not None:
+                current.pool = "new"
+            elif self.history.pop(old_id, None) is not None:
+                current.pool = "history"
+            out.append(self._candidate_decision(kept, reason))  # the retraction
+        return out
+
     # ------------------------------------------------------------------ window close
 
     def close_window(self) -> list[BaseModel]:
@@ -135,7 +199,7 @@ class CuratorCore:
         fresh = []
         for c in answers:
             prior = self.answers.get(c.verdict.challenge_id)
-            if prior is not None and prior >= (c.score or -math.inf):
+            if prior is not None and prior[1] >= (c.score or -math.inf):
                 out.append(self._candidate_decision(c, "not_best_for_challenge"))
             else:
                 fresh.append(c)
@@ -149,29 +213,40 @@ class CuratorCore:
             out.append(self._candidate_decision(c, "kept", kept=True))
             self._remember(c)
         out += [self._pair(p) for p in pairs]
-        if len(self.new_pool) >= self.cfg.train_threshold:
-            out.append(self._training_request())
+        if self.fresh_kept >= self.cfg.train_threshold:
+            out += self._training_request()
         return out
 
     def _remember(self, c: Candidate) -> None:
         assert c.minhash is not None and c.score is not None
         self.index.add(c.sample_id, c.minhash, c.task_keys)
-        self.answers[c.verdict.challenge_id] = c.score
-        self.new_pool.append(PoolItem(c.sample_id, c.verdict.context.family, c.shape_bucket,
-                                      c.verdict.code_hash or ""))
+        self.answers[c.verdict.challenge_id] = (c.sample_id, c.score)
+        self.kept[c.sample_id] = c
+        cur = self.ledger.get(sample_key(c.verdict))
+        place = cur.pool if cur is not None and cur.sample_id == c.sample_id else None
+        if place is None:
+            self.fresh_kept += 1
+        pool = self.history if place == "history" else self.new_pool
+        pool[c.sample_id] = PoolItem(c.sample_id, c.verdict.context.family, c.shape_bucket,
+                                     c.verdict.code_hash or "")
 
-    def _training_request(self) -> TrainingRequested:
+    def _training_request(self) -> list[TrainingRequested]:
+        self.fresh_kept = 0
+        new, self.new_pool = list(self.new_pool.values()), {}
+        # Revocations may have emptied the new pool; replay the usual share for the kept count.
+        n_replay = replay_count(len(new) or self.cfg.train_threshold, self.cfg.new_fraction)
+        replay = sample_replay(list(self.history.values()), n_replay,
+                               seed=self.cfg.mix_seed * 1_000_003 + self.last_round + 1)
+        if not new and not replay:
+            return []  # every sample it was for has been revoked: nothing to train on
         self.last_round += 1
-        new, self.new_pool = self.new_pool, []
-        n_replay = replay_count(len(new), self.cfg.new_fraction)
-        replay = sample_replay(self.history, n_replay, seed=self.cfg.mix_seed * 1_000_003 + self.last_round)
-        self.history += new
-        return TrainingRequested(
+        self.history.update((i.sample_id, i) for i in new)
+        return [TrainingRequested(
             round=self.last_round,
             new_sample_ids=[i.sample_id for i in new],
             replay_sample_ids=[i.sample_id for i in replay],
             dataset_hash=dataset_hash(new + replay),
-        )
+        )]
 
     # ------------------------------------------------------------------ payloads
 

@@ -56,3 +56,13 @@ class NearDupIndex:
             return
         self._entries[sample_id] = Entry(sample_id, minhash, task_keys)
         self._lsh.insert(sample_id, minhash)
+
+    def remove(self, sample_id: str) -> bool:
+        """Forget a sample (a re-verification revoked it); False when it was not indexed."""
+        if self._entries.pop(sample_id, None) is None:
+            return False
+        self._lsh.remove(sample_id)
+        return True
+
+    def __contains__(self, sample_id: object) -> bool:
+        return sample_id in self._entries

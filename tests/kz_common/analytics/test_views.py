@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from kz_common.analytics.columns import TYPE_COLUMNS
 from kz_common.analytics.exceptions import NoArchive
 from kz_common.analytics.synthetic import Flywheel, check_sample, generate
 from kz_common.analytics.views import connect
-from schemas import EVENTS
+from schemas import EVENTS, Producer, SampleCurated, encode, make_event
 from services.archiver.offline import archive_messages
 
 
@@ -48,6 +50,46 @@ def test_newest_verifier_version_wins_the_projection(tmp_path: Path) -> None:
     assert versions == [("1.10.0",)]
     assert con.execute("SELECT count(*) FROM verified_current").fetchall() == \
         con.execute("SELECT count(*) FROM solution_verified WHERE verifier_version = '1.10.0'").fetchall()
+
+
+@dataclass(frozen=True)
+class Msg:
+    topic: str
+    key: bytes
+    value: bytes
+
+
+def decision(sample: str, verdict: str, version: str, kept: bool, reason: str, at: int, event_id: str) -> Msg:
+    """A curator decision on sample (challenge `sample`, index 0), produced `at` ms after a fixed time."""
+    p = SampleCurated(challenge_id=sample, verdict_event_id=verdict, verifier_version=version, kept=kept,
+                      op="add", family="elementwise", dtype="float32", shape_bucket="n", code="x",
+                      code_hash="h", score=1.0 if kept else None, reason=reason, sample_index=0)
+    env = make_event(p, producer=Producer(service="curator", version="1"), correlation_id=sample)
+    env = env.model_copy(update={"event_id": event_id,
+                                 "produced_at": datetime(2025, 1, 1, tzinfo=UTC) + timedelta(milliseconds=at)})
+    return Msg("curated", sample.encode(), encode(env))
+
+
+def test_curated_projection_follows_the_curators_retractions(tmp_path: Path) -> None:
+    ids = [f"0190c000-0000-7000-8000-00000000000{i}" for i in range(8)]
+    archive_messages([
+        # a: kept by v1, re-verified by v1 again (a replay with the same verifier): the retraction and
+        # the successor's decision share a timestamp, and the retraction has the larger event id.
+        decision("a", "va1", "1", True, "kept", 0, ids[0]),
+        decision("a", "va1", "1", False, "superseded_by:va2", 5, ids[7]),
+        decision("a", "va2", "1", False, "failed:static", 5, ids[1]),
+        # b: kept by v1, retracted when its v2 verdict arrived, v2 decision still waiting in a window.
+        decision("b", "vb1", "1", True, "kept", 0, ids[2]),
+        decision("b", "vb1", "1", False, "superseded_by:vb2", 5, ids[3]),
+        # c: kept by v2; a late v1 verdict was decided superseded (later in time, older version).
+        decision("c", "vc2", "2", True, "kept", 0, ids[4]),
+        decision("c", "vc1", "1", False, "superseded_by:vc2", 9, ids[5]),
+    ], tmp_path)
+    con = connect(tmp_path)
+    rows = con.execute("SELECT challenge_id, verdict_event_id, kept, reason FROM curated_current "
+                       "ORDER BY 1").fetchall()
+    assert rows == [("a", "va2", False, "failed:static"), ("b", "vb1", False, "superseded_by:vb2"),
+                    ("c", "vc2", True, "kept")]
 
 
 def test_lineage_reaches_the_challenge(archive: Path) -> None:
