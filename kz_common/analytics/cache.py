@@ -67,12 +67,18 @@ def open_cached(root: Path, *, threads: int | None = None) -> duckdb.DuckDBPyCon
 def _schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(EMPTY_LOG)
     con.execute(VERSION_KEY.replace("CREATE MACRO", "CREATE OR REPLACE TEMP MACRO"))
+    # Only create what is missing: binding a typed-view SELECT per event type on every
+    # open cost ~25 ms of each `kz sql` (a tenth of a projection query).
+    have = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}
     con.execute("CREATE TABLE IF NOT EXISTS _files (path VARCHAR PRIMARY KEY)")
     for topic in TOPICS:
-        con.execute(f"CREATE TABLE IF NOT EXISTS {log_view(topic)} AS SELECT * FROM _empty_log")
+        if log_view(topic) not in have:
+            con.execute(f"CREATE TABLE {log_view(topic)} AS SELECT * FROM _empty_log")
     for event_type, spec in EVENTS.items():
-        con.execute(f"CREATE TABLE IF NOT EXISTS {view_name(event_type)} AS "
-                    f"{type_view_sql(event_type, spec.topic)} LIMIT 0")
+        if view_name(event_type) not in have:
+            con.execute(f"CREATE TABLE {view_name(event_type)} AS "
+                        f"{type_view_sql(event_type, spec.topic)} LIMIT 0")
 
 
 def _load_new(con: duckdb.DuckDBPyConnection, root: Path, files: list[Path]) -> None:

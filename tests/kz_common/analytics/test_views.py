@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from kz_common.analytics.cache import open_cached
 from kz_common.analytics.columns import TYPE_COLUMNS
 from kz_common.analytics.exceptions import NoArchive
 from kz_common.analytics.synthetic import Flywheel, check_sample, generate
-from kz_common.analytics.views import connect
+from kz_common.analytics.views import SUPERSEDED_LAST, VERSION_KEY, connect, newest_per_sample
 from schemas import EVENTS, Producer, SampleCurated, encode, make_event
 from services.archiver.offline import archive_messages
 
@@ -85,11 +88,43 @@ def test_curated_projection_follows_the_curators_retractions(tmp_path: Path) -> 
         decision("c", "vc2", "2", True, "kept", 0, ids[4]),
         decision("c", "vc1", "1", False, "superseded_by:vc2", 9, ids[5]),
     ], tmp_path)
-    con = connect(tmp_path)
-    rows = con.execute("SELECT challenge_id, verdict_event_id, kept, reason FROM curated_current "
-                       "ORDER BY 1").fetchall()
-    assert rows == [("a", "va2", False, "failed:static"), ("b", "vb1", False, "superseded_by:vb2"),
-                    ("c", "vc2", True, "kept")]
+    for con in (connect(tmp_path), open_cached(tmp_path)):  # views over Parquet, and the cache
+        rows = con.execute("SELECT challenge_id, verdict_event_id, kept, reason FROM curated_current "
+                           "ORDER BY 1").fetchall()
+        assert rows == [("a", "va2", False, "failed:static"), ("b", "vb1", False, "superseded_by:vb2"),
+                        ("c", "vc2", True, "kept")]
+
+
+@pytest.mark.parametrize("ranked", [False, True])
+def test_newest_per_sample_matches_a_python_reference(ranked: bool) -> None:
+    """Random versions, times and ties: the ranked-join projection picks what sorting by key would."""
+    import duckdb
+
+    rng = random.Random(7)
+    versions = ["1.9", "1.10", "1.10.0", "v2", "2", "relay", None, "1.2.3", "10"]
+    rows = [(f"c{rng.randrange(40)}", rng.choice([0, 1, None]), rng.choice(versions),
+             datetime(2025, 1, 1, tzinfo=UTC) + timedelta(milliseconds=rng.randrange(4)),
+             f"e{i:05d}", rng.choice(["kept", "superseded_by:x", None])) for i in range(600)]
+    con = duckdb.connect()
+    con.execute(VERSION_KEY)
+    con.execute("CREATE TABLE t (challenge_id VARCHAR, sample_index INTEGER, verifier_version VARCHAR, "
+                "produced_at TIMESTAMPTZ, event_id VARCHAR, reason VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def vkey(v: str | None) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", v or ""))
+
+    for tiebreak in ("", SUPERSEDED_LAST):
+        best: dict[tuple[str, int], tuple] = {}  # type: ignore[type-arg]
+        for r in rows:
+            last = tiebreak and (r[5] or "").startswith("superseded_by:")
+            key = (vkey(r[2]), r[3], not last, r[4])
+            k = (r[0], -1 if r[1] is None else r[1])
+            if k not in best or key > best[k][0]:
+                best[k] = (key, r[4])
+        got = con.execute(f"SELECT event_id FROM ({newest_per_sample('t', tiebreak, ranked=ranked)})"
+                          ).fetchall()
+        assert sorted(e for (e,) in got) == sorted(e for _, e in best.values())
 
 
 def test_lineage_reaches_the_challenge(archive: Path) -> None:
