@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "analytics.json")
     ap.add_argument("--contend", type=int, default=0, help="busy-loop processes during the cached queries")
     args = ap.parse_args()
-    build_info = {"reused": True} if args.reuse else build(args.root, args.events)
+    build_info: dict[str, float | bool] = {"reused": True} if args.reuse else dict(build(args.root, args.events))
     cache_path(args.root).unlink(missing_ok=True)
     t0 = time.perf_counter()
     open_cached(args.root).close()  # first open: loads every file into the cache
