@@ -74,16 +74,17 @@ class TrainerConfig(_Section):
 
 
 class EvaluatorConfig(_Section):
-    # "z_test": one-sided two-proportion z-test on pooled pass rates; "margin": fixed improvement.
-    rule: Literal["z_test", "margin"] = "z_test"
-    # z >= 1.645 is p < 0.05 one-sided.
-    z_threshold: float = 1.645
+    # "no_regression": promote unless significantly worse; "z_test": significant gain; "margin": fixed gain.
+    rule: Literal["no_regression", "z_test", "margin"] = "no_regression"
+    # One-sided z cut-off (1.645 is p < 0.05): no_regression rejects z <= -it, z_test needs z >= it.
+    z_threshold: float = Field(default=1.645, gt=0)
     # For rule="margin": candidate pass rate must exceed the incumbent's by at least this.
     margin: float = 0.02
     # Fewer eval samples than this in either arm: not promoted (too noisy to decide).
     min_samples: int = Field(default=20, ge=1)
     # Veto: any task type with >= min_type_samples in both arms dropping by more than this.
     max_type_drop: float = Field(default=0.25, gt=0, le=1)
+    # A type with fewer samples than this in either arm cannot veto (its rate is too noisy).
     min_type_samples: int = Field(default=8, ge=1)
     # Decide with what arrived once this long (by event time) has passed since the eval set went out.
     timeout_s: float = Field(default=3600.0, gt=0)

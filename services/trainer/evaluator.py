@@ -11,7 +11,10 @@ with what arrived; missing samples are simply not counted).
 The incumbent it compares against is the one current at decision time: the
 same-round re-measurement if that measured it, else the incumbent's own
 candidate-arm counts from when it was evaluated. A round older than the current
-incumbent is never promoted (it was overtaken while being measured).
+incumbent is never promoted (it was overtaken while being measured). The
+decision itself is `stats.decide`: by default ("no_regression") the round is
+promoted unless it is significantly worse than the incumbent or a task type
+drops by more than `max_type_drop`.
 """
 
 from __future__ import annotations

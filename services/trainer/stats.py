@@ -4,12 +4,16 @@ Decision for a candidate arm C against an incumbent arm I, over the task types
 measured in both (types only one arm measured are reported, not compared):
 - either arm with fewer than `min_samples` samples: not promoted;
 - veto: a type with >= `min_type_samples` samples in both arms whose pass rate
-  drops by more than `max_type_drop`;
-- rule "z_test": one-sided two-proportion z-test on the pooled rates,
-  z = (pC - pI) / sqrt(p(1-p)(1/nC + 1/nI)) with p the rate of both arms
-  together; promoted when z >= z_threshold (1.645: p < 0.05). Equal rates at 0
-  or 1 give z = 0;
-- rule "margin": promoted when pC - pI >= margin.
+  drops by more than `max_type_drop`: not promoted;
+- otherwise the pooled rates pC, pI decide, by `rule`. The statistic is the
+  one-sided two-proportion z = (pC - pI) / sqrt(p(1-p)(1/nC + 1/nI)), p the
+  rate of both arms together; equal rates (also both 0 or both 1) give z = 0.
+  - "no_regression" (the default, issue 5: promote only without a significant
+    regression): promoted unless z <= -z_threshold, i.e. unless C is
+    significantly worse than I (1.645: p < 0.05). Equal rates are promoted;
+  - "z_test" (stricter, opt-in): promoted only on a significant gain,
+    z >= z_threshold. Equal rates are rejected;
+  - "margin" (opt-in): promoted when pC - pI >= margin.
 With no incumbent measurement at all (nothing comparable), a candidate with
 enough samples is promoted: the first adapter has nothing to beat but itself.
 """
@@ -77,8 +81,13 @@ def decide(candidate: Counts, incumbent: Counts | None, cfg: EvaluatorConfig) ->
         ok = p1 - p0 >= cfg.margin
         return Decision(ok, f"{summary}; margin {p1 - p0:+.3f} {'>=' if ok else '<'} {cfg.margin}")
     z = z_score(k1, n1, k0, n0)
-    ok = z >= cfg.z_threshold
-    return Decision(ok, f"{summary}; z={z:.2f} {'>=' if ok else '<'} {cfg.z_threshold}")
+    if cfg.rule == "z_test":
+        ok = z >= cfg.z_threshold
+        verdict = "significant gain" if ok else "no significant gain"
+        return Decision(ok, f"{summary}; {verdict}: z={z:.2f} {'>=' if ok else '<'} {cfg.z_threshold:g}")
+    ok = z > -cfg.z_threshold
+    verdict = "no significant regression" if ok else "significant regression"
+    return Decision(ok, f"{summary}; {verdict}: z={z:.2f} {'>' if ok else '<='} {-cfg.z_threshold:g}")
 
 
 def _regressions(cand: Counts, inc: Counts, types: set[str], cfg: EvaluatorConfig) -> list[str]:

@@ -11,11 +11,13 @@ code is the hand-written reference Triton solution of the op (`kz_common.kernels
 rendered from the op catalogue. The real verifier runs them on CPU (Triton interpreter, sandbox),
 so the `SolutionVerified` verdicts the curator curates are real verdicts, not constructed ones.
 
-The promotion rule (services/trainer/stats.py) is a one-sided z-test: a candidate needs a
-*significant* gain over the incumbent, and equal pass rates (0 vs 0 with the tiny model) are
-rejected. With `remeasure_incumbent = false` the first round has no incumbent measurement to
-beat, so it is promoted ("no comparable incumbent measurement"); the second round is compared
-with round 1's measured counts, 0 vs 0, z = 0, and rejected. Both decisions are real.
+The decisions (services/trainer/stats.py) are real, made on real eval samples. Round 1 runs the
+default configuration: the trainer re-measures the incumbent (the base model) side by side, and
+the default rule "no_regression" promotes unless the candidate is significantly worse; 0 vs 0
+with the tiny model is z = 0, no regression, so round 1 is promoted. Round 2 exercises rejection:
+before its samples go in, the evaluator's rule is tightened to the opt-in "z_test" (a stricter
+deployment: a significant gain is required), so round 2, measured side by side against round 1's
+adapter, 0 vs 0, is rejected, and the solver must not switch to it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from schemas import (
 )
 from services.extractor.extract import code_hash
 from services.solver.core import challenge_seed
+from services.trainer.evaluator import EvaluatorCore
 from tests.kz_common.harness import publish_events, read
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -100,7 +103,6 @@ def e2e_settings(broker: str, tiny_model: Path, tmp_path: Path, verifier_cache: 
                     "train_threshold": 2},
         "trainer": {"base_model": str(tiny_model), "adapters_dir": str(tmp_path / "adapters"),
                     "few_shot": 0, "eval_shape_source": "cpu", "eval_ops_per_type": 1,
-                    "remeasure_incumbent": False,
                     # a high rate, so four steps move the adapter measurably away from the base
                     "train": {"max_steps": TRAIN_STEPS, "batch_size": 1, "epochs": 2, "lr": 5e-3, "r": 8,
                               "alpha": 16, "dropout": 0.0, "device": "cpu"}},
@@ -287,20 +289,25 @@ def test_training_round_promotes_an_adapter_the_solver_then_samples_with(e2e_set
         assert trained1["metrics"]["steps"] == TRAIN_STEPS and trained1["metrics"]["examples"] == 2
 
         # ---- the frozen-point evaluation: one held-out task per type seen, sampled with the candidate
+        # and, side by side (remeasure_incumbent, the default), with the incumbent: the base model
         evals1 = [c for c in payloads(s, "challenges", "challenge.created") if c["purpose"] == "eval"]
         assert sorted(c["challenge_id"] for c in evals1) == sorted(trained1["eval_challenge_ids"])
         assert {(c["family"], c["eval_round"], c["eval_adapter_path"]) for c in evals1} == {
-            ("elementwise", 1, str(adapter1)), ("softmax", 1, str(adapter1))}
+            ("elementwise", 1, str(adapter1)), ("softmax", 1, str(adapter1)),
+            ("elementwise", 0, None), ("softmax", 0, None)}
         for c in evals1:
             sampled = samples_of(s, c["challenge_id"])
-            assert [(x["adapter"], x["adapter_round"]) for x in sampled] == [("round-1", 1)] * N_SAMPLES
+            arm = ("round-1", 1) if c["eval_round"] == 1 else (None, None)
+            assert [(x["adapter"], x["adapter_round"]) for x in sampled] == [arm] * N_SAMPLES
 
-        # ---- the promotion event
+        # ---- the promotion event: the default rule, equal rates (0 vs 0) are no regression
         d1 = ev1["payload"]
         assert d1["promoted"] is True, d1["reason"]
         assert d1["adapter_path"] == str(adapter1) and d1["baseline_round"] == 0
-        assert "no comparable incumbent" in d1["reason"]
-        assert d1["eval_counts"] == {"elementwise/float32": N_SAMPLES, "softmax/float32": N_SAMPLES}
+        assert "no significant regression: z=0.00 > -1.645" in d1["reason"]
+        types1 = {"elementwise/float32": N_SAMPLES, "softmax/float32": N_SAMPLES}
+        assert d1["eval_counts"] == types1
+        assert d1["eval_pass_rates"] == d1["previous_pass_rates"] == dict.fromkeys(types1, 0.0)
 
         # ---- after the promotion the solver samples train challenges with round 1's adapter
         p.until(lambda: p.has_consumed("solver", ev1["event_id"]), "the solver to consume the promotion")
@@ -309,7 +316,14 @@ def test_training_round_promotes_an_adapter_the_solver_then_samples_with(e2e_set
         after_promotion = p.until(lambda: samples_of(s, probe1.payload.challenge_id), "the probe's samples")
         assert [(x["adapter"], x["adapter_round"]) for x in after_promotion] == [("round-1", 1)] * N_SAMPLES
 
-        # ---- round 2: two more kernels -> a second adapter, measured against round 1 -> rejected
+        # ---- round 2: two more kernels -> a second adapter, measured against round 1 -> rejected.
+        # The trainer must know round 1 is the incumbent, so that it re-measures round 1's adapter.
+        p.until(lambda: p.has_consumed("trainer", ev1["event_id"]), "the trainer to consume the promotion")
+        # A stricter deployment for round 2: promote only on a significant gain. The core reads its
+        # config per decision, and nothing of round 2 exists before refs2 are published.
+        evaluator = p.cores["evaluator"]
+        assert isinstance(evaluator, EvaluatorCore) and evaluator.cfg.rule == "no_regression"
+        evaluator.cfg = evaluator.cfg.model_copy(update={"rule": "z_test"})
         refs2 = [reference_extraction(op, 2) for op in ROUND2_OPS]
         publish_events(s, "extracted", refs2)
         ev2 = p.until(lambda: evaluated(s, 2), "round 2's evaluation", timeout_s=120)
@@ -323,13 +337,20 @@ def test_training_round_promotes_an_adapter_the_solver_then_samples_with(e2e_set
         assert json.loads((adapters / "round-0002" / "manifest.json").read_text())["dataset_hash"] == \
             reqs[2]["dataset_hash"]
         assert d2["promoted"] is False and d2["baseline_round"] == 1, d2["reason"]
-        assert "z=" in d2["reason"]  # decided by the test statistic, not by missing samples
-        assert set(d2["previous_pass_rates"]) == {"elementwise/float32", "softmax/float32"}
-        # round 2's own eval set was sampled with round 2's candidate, not with the incumbent
+        # decided by the test statistic, not by missing samples: equal rates are no significant gain
+        assert "no significant gain: z=0.00 < 1.645" in d2["reason"]
+        # measured side by side: the same held-out types for the candidate and for round 1's adapter
+        assert set(d2["previous_pass_rates"]) == set(d2["eval_pass_rates"]) >= set(types1)
+        # round 2's eval set was sampled with round 2's candidate, its re-measurement with round 1's
         [trained2] = [t for t in payloads(s, "rounds", "round.trained") if t["round"] == 2]
-        for cid in trained2["eval_challenge_ids"]:
+        evals2 = {c["challenge_id"]: c for c in payloads(s, "challenges", "challenge.created")
+                  if c["purpose"] == "eval" and c["round"] == 2}
+        assert sorted(evals2) == sorted(trained2["eval_challenge_ids"])
+        assert {c["eval_round"] for c in evals2.values()} == {1, 2}
+        for cid, c in evals2.items():
             sampled = samples_of(s, cid)
-            assert [(x["adapter"], x["adapter_round"]) for x in sampled] == [("round-2", 2)] * N_SAMPLES
+            arm = (f"round-{c['eval_round']}", c["eval_round"])
+            assert [(x["adapter"], x["adapter_round"]) for x in sampled] == [arm] * N_SAMPLES
 
         # ---- the rejected round is never swapped in: the solver keeps sampling with round 1
         p.until(lambda: p.has_consumed("solver", ev2["event_id"]), "the solver to consume the rejection")
