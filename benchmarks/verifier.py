@@ -147,14 +147,15 @@ def cheat_batch() -> list[tuple[str, str, str]]:
             for c in ALL_CHEATS if c.name not in ("hang",)]  # hang only costs its timeout
 
 
-def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str) -> dict[str, Any]:
+def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
+              warm_slots: int = 1) -> dict[str, Any]:
     from services.verifier.core import verify_many
     from services.verifier.options import VerifyOptions
 
     # Private dirs on tmpfs when there is one: candidates' tensors never touch the disk.
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else ""
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
-                            wall_timeout_s=240, tmp_dir=tmp)
+                            wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots)
     t0 = time.monotonic()
     reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
     wall = time.monotonic() - t0
@@ -169,7 +170,10 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str) -> di
                      "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s")})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
+    walls = [x["wall_s"] for x in rows if x["wall_s"]]
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
+            "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
+            "median_candidate_wall_s": statistics.median(walls) if walls else None,
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
@@ -223,18 +227,37 @@ def _table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _save(out: Path, result: dict[str, Any]) -> None:
+    """Written after every pass: a run cut off by the device's time limit keeps what it did."""
+    (out / "verifier_bench.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
+    return {"pass": name, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
+            "median_cand_s": v.get("median_candidate_wall_s"),
+            "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
+            "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
+
+
+PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "honest_passed",
+             "cheats_rejected"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 4))
     ap.add_argument("--quick", action="store_true", help="smaller batch, no warm pass")
+    ap.add_argument("--compare-unpooled", action="store_true",
+                    help="first a cold pass without pre-started sandboxes (the old path)")
+    ap.add_argument("--no-timer", action="store_true", help="skip the timer-vs-do_bench check")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
     if not torch.cuda.is_available():
         result["skipped"] = "no CUDA device: nothing to benchmark"
         print(result["skipped"])
-        (args.out / "verifier_bench.json").write_text(json.dumps(result, indent=1))
+        _save(args.out, result)
         return 0
     from services.verifier.sandbox import available_modes
 
@@ -244,24 +267,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         batch = batch[::3]
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    result["cold"] = run_batch(batch, args.workers, cache)
-    if not args.quick:
-        result["warm"] = run_batch(batch, args.workers, cache)
-    result["timer"] = timer_agreement()
-    (args.out / "verifier_bench.json").write_text(json.dumps(result, indent=1, default=str))
-    print(_table("verification throughput", [
-        {"pass": k, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
-         "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
-         "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
-        for k, v in result.items() if k in ("cold", "warm")],
-        ["pass", "candidates", "wall_s", "per_min", "honest_passed", "cheats_rejected"]))
-    print(_table("\ntimer vs do_bench", result["timer"],
-                 ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread"]))
+    passes = [("cold", cache, 1)] + ([] if args.quick else [("warm", cache, 1)])
+    if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
+        passes.insert(0, ("cold_unpooled", tempfile.mkdtemp(prefix="kzbench-cache-"), 0))
+    for name, pass_cache, slots in passes:
+        result[name] = run_batch(batch, args.workers, pass_cache, slots)
+        _save(args.out, result)
+        print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
+    if not args.no_timer:
+        result["timer"] = timer_agreement()
+        _save(args.out, result)
+    print(_table("\nverification throughput",
+                 [_pass_row(k, result[k]) for k, _, _ in passes], PASS_COLS))
+    if "timer" in result:
+        print(_table("\ntimer vs do_bench", result["timer"],
+                     ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread"]))
     bad = [r for r in result["cold"]["rows"] if r["passed"] == r["label"].startswith("cheat_")]
     print(_table("\nunexpected verdicts (honest rejected / cheat passed)", bad,
                  ["label", "passed", "stage", "reasons"]))
     print(f"\nisolation: {result['isolation_modes']}; wrote {args.out / 'verifier_bench.json'}")
     return 0
+
 
 
 if __name__ == "__main__":

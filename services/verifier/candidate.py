@@ -13,8 +13,6 @@ import hashlib
 import math
 import json
 import secrets
-import shutil
-import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from services.verifier import sandbox_mounts as M
 from services.verifier import workspace as W
 from services.verifier.numerics import compare, is_contiguous_or_same
 from services.verifier.options import VERIFIER_VERSION, VerifyOptions
+from services.verifier.pool import SlotPool
 from services.verifier.reference import ReferenceBundle
 
 _HASH_LOCKS: dict[str, threading.Lock] = {}
@@ -68,32 +67,22 @@ def _hash_lock(key: str) -> threading.Lock:
 
 
 def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
-        mode: str, gates: sandbox.Gates | None) -> Outcome:
-    """Sandbox-run `solution_src` against `bundle` and judge it."""
+        mode: str, gates: sandbox.Gates | None, slots: SlotPool | None = None) -> Outcome:
+    """Sandbox-run `solution_src` against `bundle` and judge it. With `slots`, the candidate
+    gets a pre-started sandbox; without, one is started for it now."""
     key = source_hash(solution_src, options.device)
     cache = Path(options.cache) / "candidates" / key
-    cache.mkdir(parents=True, exist_ok=True)
-    work = W.new_dir(base, "cand")
-    (work / "out").mkdir()
-    W.populate(work, {"harness.py": W.PKG / "harness.py", "kz_timing.py": W.PKG / "timing.py",
-                      "solution.py": solution_src})
-    view = M.View(str(work), str(bundle.inputs_dir), str(cache), options.device)
-    inside = sandbox.inside_view(mode, view)
-    job = _job(bundle, options, inside)
-    limits = sandbox.Limits(options.wall_timeout_s, options.cpu_seconds,
-                            options.memory_limit_mb << 20, options.nproc,
-                            options.fsize_mb << 20, options.timing_timeout_s,
-                            options.locked_timeout_s)
-    argv = [sys.executable, "-I", "-B", "-u", f"{inside.work}/harness.py"]
-    env = W.env_for(options.device, inside, interpret=options.device == "cpu")
+    slot = slots.take() if slots else SlotPool(options, mode, base, 0).take()
     try:
-        with _hash_lock(key):  # identical sources share a compile cache, one at a time
-            res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(),
-                              base, gates=gates)
-        return judge(work, job, res, bundle, options)
+        with _hash_lock(key):  # identical sources read and extend one compile cache in turn
+            slot.load(solution_src, bundle.inputs_dir, cache)
+        job = _job(bundle, options, slot.inside)
+        res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
+        with _hash_lock(key):
+            slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
+        return judge(slot.work, job, res, bundle, options)
     finally:
-        if not options.keep_artifacts:
-            shutil.rmtree(work, ignore_errors=True)
+        slot.close(keep=options.keep_artifacts)
 
 
 def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from services.verifier import candidate, perf, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError, SandboxError
 from services.verifier.options import VerifyOptions
+from services.verifier.pool import SlotPool
 from services.verifier.report import Timings, VerifyReport, first_stage, rejected
 from services.verifier.static_check import check_solution
 
@@ -28,10 +29,13 @@ from services.verifier.static_check import check_solution
 class Session:
     """Shared state of one verify/verify_many call: temp base, bundles, GPU lock."""
 
-    def __init__(self, options: VerifyOptions, max_bundles: int = 8) -> None:
+    def __init__(self, options: VerifyOptions, max_bundles: int = 8,
+                 warm_slots: int | None = None) -> None:
         self.options = options
         self.mode = sandbox.choose_mode(options.isolation, options.device)
         self.base = W.make_base(options.tmp_dir)
+        n = options.warm_slots if warm_slots is None else warm_slots
+        self.slots = SlotPool(options, self.mode, self.base, n)
         self.max_bundles = max_bundles
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
         self._bundle_locks: dict[str, threading.Lock] = {}
@@ -40,6 +44,7 @@ class Session:
         self.gpu = perf.GpuLock(options.cache) if options.device == "cuda" else None
 
     def close(self) -> None:
+        self.slots.close()
         if not self.options.keep_artifacts:
             shutil.rmtree(self.base, ignore_errors=True)
 
@@ -119,7 +124,7 @@ class Session:
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
                kernels: tuple[str, ...]) -> VerifyReport:
         o = self.options
-        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self.gpu)
+        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self.gpu, self.slots)
         device_name = bundle.meta.get("device_name")
         rep = VerifyReport(passed=False, stage="passed", reasons=[], device=o.device,
                            isolation=out.isolation, triton_launches=out.launches,
@@ -189,7 +194,11 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
     """Verify (problem, solution) pairs: candidates run in parallel sandboxed processes,
     references are built once per problem, and timed runs hold one GPU lock."""
     items = list(pairs)
-    session = Session(options)
+    # As many pre-started sandboxes as workers (unless turned off): each worker's next
+    # candidate finds its sandbox warm.
+    warm = max(options.warm_slots, workers) if options.warm_slots else 0
+    session = Session(options, warm_slots=warm)
+    session.slots.fill()  # they warm up while the first reference bundle is built
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             return list(pool.map(lambda p: session.verify(*p), items))

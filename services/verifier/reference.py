@@ -94,8 +94,13 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
     meta_lit = literal_meta(problem_src)
     family = meta_lit.get("family") if isinstance(meta_lit.get("family"), str) else None
     tols = tolerance_table(family)
-    work, cache = W.new_dir(base, "ref"), Path(options.cache) / "reference"
-    cache.mkdir(parents=True, exist_ok=True)
+    # A private copy of the shared cache: the sandbox uid never needs a path into
+    # options.cache (which may sit in a dir it cannot traverse), and concurrent builds
+    # never re-own one shared dir under each other.
+    work, cache = W.new_dir(base, "ref"), W.new_dir(base, "refcache")
+    shared = Path(options.cache) / "reference"
+    if shared.is_dir():
+        W.copy_tree(shared, cache)
     empty = W.new_dir(base, "noinputs")
     W.populate(work, {"reference_worker.py": W.PKG / "reference_worker.py",
                       "kz_numerics.py": W.PKG / "numerics.py", "kz_timing.py": W.PKG / "timing.py",
@@ -120,8 +125,10 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
     res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(), base,
                       gates=gates)
     try:
+        W.copy_tree(cache, shared)
         return _collect(work, job, res, tols, family, meta_lit, base, options)
     finally:
+        shutil.rmtree(cache, ignore_errors=True)
         if not options.keep_artifacts:
             shutil.rmtree(work, ignore_errors=True)
             shutil.rmtree(empty, ignore_errors=True)

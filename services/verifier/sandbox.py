@@ -6,7 +6,7 @@ root's files); rlimits are set by prlimit before the drop so RLIMIT_NPROC binds
 afterwards; each concurrent slot gets its own uid so candidates cannot signal
 or count against each other. Teardown kills the process group, the cgroup and
 every process of the slot's uid. Nothing here interprets the child's output
-beyond the one readiness line used for sequencing the GPU lock.
+beyond the control words used for sequencing the GPU lock (sandbox_supervise.py).
 """
 
 from __future__ import annotations
@@ -17,23 +17,21 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
 from functools import lru_cache
 from pathlib import Path
 
 from services.verifier import cgroups
 from services.verifier import sandbox_mounts as M
+from services.verifier import sandbox_supervise as S
+from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for callers
+    DONE, READY, SHARED, UID_BASE, WARM, Gates, live_uid_processes)
 from services.verifier.exceptions import SandboxError
 
 MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
-SHARED, READY, DONE = "KZ-SHARED", "KZ-READY", "KZ-DONE"
-UID_BASE = 61000
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
@@ -73,28 +71,6 @@ class RunResult:
                     "SIGSEGV": " (segfault)", "SIGABRT": " (abort)"}.get(str(name), "")
             return f"process killed by {name}{hint}" + "".join(f"; {n}" for n in self.notes)
         return f"process exited with code {rc}"
-
-
-class UidPool:
-    """Distinct unprivileged uids for concurrent slots."""
-
-    def __init__(self, size: int = 64) -> None:
-        self._free = list(range(UID_BASE, UID_BASE + size))
-        self._cv = threading.Condition()
-
-    def acquire(self) -> int:
-        with self._cv:
-            while not self._free:
-                self._cv.wait()
-            return self._free.pop(0)
-
-    def release(self, uid: int) -> None:
-        with self._cv:
-            self._free.append(uid)
-            self._cv.notify()
-
-
-UIDS = UidPool()
 
 
 @lru_cache(maxsize=4)
@@ -224,36 +200,114 @@ def _stage_dirs(device: str, base: Path) -> dict[str, str]:
     return staged
 
 
-class Gates(Protocol):
-    """GPU phases: shared while correctness calls run, exclusive for the timed runs."""
-
-    def shared(self) -> AbstractContextManager[None]: ...
-
-    def exclusive(self) -> AbstractContextManager[None]: ...
-
-
-
 def run(mode: str, view: M.View, argv: list[str], env: dict[str, str], limits: Limits,
         stdin_data: bytes, base: Path, gates: Gates | None = None) -> RunResult:
     """Run `argv` isolated. With `gates`, the child's SHARED / READY control messages are
     answered with GO once the shared / exclusive GPU lock is held (released at READY / DONE)."""
-    uid = UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits" else os.getuid()
-    cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
-                        limits.memory_bytes) if os.geteuid() == 0 else None
-    try:
-        _own(view, uid)
-        cmd = _command(mode, view, argv, uid, cg, base, limits)
-        iso = mode + ("+cgroup" if cg else "")
-        env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin too (chroot)
-        res = _supervise(cmd, env, limits, stdin_data, view, iso, gates)
-        res.notes.extend(cg.events() if cg else [])
+    return Process(mode, view, argv, env, limits, base).finish(stdin_data, gates)
+
+
+class Process:
+    """One isolated process, started now and fed its job later (`finish`).
+
+    Between the two the child may run only trusted code (the harness imports torch and
+    triton while it waits), so a pre-started Process hides the interpreter's start-up
+    behind another candidate's run. The child's first stdin line is its control-pipe fd;
+    the job follows in `finish`. Wall-clock limits count from `finish`.
+    """
+
+    def __init__(self, mode: str, view: M.View, argv: list[str], env: dict[str, str],
+                 limits: Limits, base: Path) -> None:
+        self.view, self.limits = view, limits
+        self.uid = S.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits" else os.getuid()
+        self.cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
+                                 limits.memory_bytes) if os.geteuid() == 0 else None
+        self.isolation = mode + ("+cgroup" if self.cg else "")
+        self._done = False
+        try:
+            self.own()
+            cmd = _command(mode, view, argv, self.uid, self.cg, base, limits)
+            self._start(cmd, {**env, "PATH": SAFE_PATH})  # launcher tools live in sbin (chroot)
+        except BaseException:
+            self._teardown()
+            raise
+
+    def own(self) -> None:
+        """Hand the work and cache dirs to the slot's uid (again after the parent adds files)."""
+        _own(self.view, self.uid)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def warm(self) -> bool:
+        """The child reported its trusted start-up done (never used to decide a pass)."""
+        return self.ctrl.warm.is_set()
+
+    def _start(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.err_path = Path(self.view.work) / ".stderr"
+        # Control channel (READY/DONE) on its own pipe: the candidate's prints cannot forge it.
+        ctrl_r, ctrl_w = os.pipe()
+        with open(self.err_path, "wb") as err:
+            preexec = None if shutil.which("prlimit") else _rlimit_preexec(self.limits,
+                                                                          self.view.device)
+            self.proc = subprocess.Popen(  # cwd: never the verifier's
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
+                start_new_session=True, close_fds=True, cwd=self.view.work, pass_fds=(ctrl_w,),
+                preexec_fn=preexec)
+        os.close(ctrl_w)
+        self.out, self.ctrl = S.Drain(self.proc.stdout), S.Control(ctrl_r)
+        self.out.start()
+        self.ctrl.start()
+        S.send(self.proc, f"{ctrl_w}\n".encode())
+
+    def finish(self, stdin_data: bytes, gates: Gates | None = None) -> RunResult:
+        """Send the job, supervise the phases, tear everything down; once only."""
+        if self._done:
+            raise SandboxError("sandboxed process already used")
+        self._done = True
+        t0 = time.monotonic()
+        timed_out = False
+        try:
+            S.send(self.proc, stdin_data)
+            timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits)
+            if not timed_out:
+                self.proc.wait(timeout=60)  # writing results after the locked phases
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            self._stop()
+            notes = self.cg.events() if self.cg else []
+            self._teardown()
+        res = RunResult(None if timed_out else self.proc.returncode, timed_out,
+                        time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
+                        self.isolation, self.ctrl.ready.is_set())
+        res.notes.extend(notes)
         return res
-    finally:
-        _kill_uid(uid) if uid >= UID_BASE else None
-        if cg:
-            cg.remove()
-        if uid >= UID_BASE:
-            UIDS.release(uid)
+
+    def discard(self) -> None:
+        """Kill an unused process and free its uid and cgroup."""
+        if not self._done:
+            self._done = True
+            self._stop()
+            self._teardown()
+
+    def _stop(self) -> None:
+        S.killpg(self.proc)
+        self.proc.wait()
+        self.out.join(timeout=2)
+        self.ctrl.join(timeout=2)
+
+    def _teardown(self) -> None:
+        if self.uid >= S.UID_BASE:
+            S.kill_uid(self.uid)
+        if self.cg:
+            self.cg.remove()
+            self.cg = None
+        if self.uid >= S.UID_BASE:
+            S.UIDS.release(self.uid)
+            self.uid = -1
 
 
 def _own(view: M.View, uid: int) -> None:
@@ -267,165 +321,3 @@ def _own(view: M.View, uid: int) -> None:
         os.chmod(d, 0o700)
 
 
-def _supervise(cmd: list[str], env: dict[str, str], limits: Limits, stdin_data: bytes,
-               view: M.View, iso: str, gates: Gates | None) -> RunResult:
-    t0 = time.monotonic()
-    err_path = Path(view.work) / ".stderr"
-    # Control channel (READY/DONE) on its own pipe: the candidate's prints cannot forge it.
-    ctrl_r, ctrl_w = os.pipe()
-    with open(err_path, "wb") as err:
-        preexec = None if shutil.which("prlimit") else _rlimit_preexec(limits, view.device)
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                env=env, start_new_session=True, close_fds=True, cwd=view.work,
-                                pass_fds=(ctrl_w,), preexec_fn=preexec)  # cwd: never the verifier's
-    os.close(ctrl_w)
-    out, ctrl = _Drain(proc.stdout), _Control(ctrl_r)
-    out.start()
-    ctrl.start()
-    timed_out = False
-    try:
-        _send(proc, f"{ctrl_w}\n".encode() + stdin_data)
-        timed_out = not _phases(proc, ctrl, gates, limits)
-        if not timed_out:
-            proc.wait(timeout=60)  # writing results after the locked phases
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        _killpg(proc)
-        proc.wait()
-        out.join(timeout=2)
-        ctrl.join(timeout=2)
-    return RunResult(None if timed_out else proc.returncode, timed_out, time.monotonic() - t0,
-                     out.tail(), _tail_file(err_path), iso, ctrl.ready.is_set())
-
-
-def _phases(proc: subprocess.Popen, ctrl: _Control, gates: Gates | None,  # type: ignore[type-arg]
-            limits: Limits) -> bool:
-    """Answer the child's lock requests; False if a phase ran out of time."""
-    if gates is None:
-        return _wait(proc, None, limits.wall_s)
-    if not _wait(proc, ctrl.any_request, limits.wall_s):
-        return False
-    if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
-        with gates.shared():  # bounded: a hang here would stall every timing on the host
-            _send(proc, b"GO\n")
-            if not _wait(proc, ctrl.ready, limits.locked_wall_s):
-                return False
-    if ctrl.ready.is_set() and proc.poll() is None:
-        with gates.exclusive():
-            _send(proc, b"GO\n")
-            return _wait(proc, ctrl.done, limits.timing_wall_s)
-    return True
-
-
-def _send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]
-    try:
-        assert proc.stdin is not None
-        if data:
-            proc.stdin.write(data)
-            proc.stdin.flush()
-    except (BrokenPipeError, OSError):
-        pass
-
-
-def _wait(proc: subprocess.Popen, flag: threading.Event | None,  # type: ignore[type-arg]
-          timeout: float) -> bool:
-    """True once `flag` is set or the process exited; False on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None or (flag is not None and flag.wait(0.02)):
-            return True
-        if flag is None:
-            time.sleep(0.02)
-    return False
-
-
-class _Drain(threading.Thread):
-    """Drains stdout so a chatty child never blocks; keeps a tail for diagnostics."""
-
-    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(daemon=True)
-        self.stream, self._tail = stream, b""
-
-    def run(self) -> None:
-        for line in iter(self.stream.readline, b""):
-            self._tail = (self._tail + line)[-4096:]
-
-    def tail(self) -> str:
-        return self._tail.decode("utf-8", "replace")
-
-
-class _Control(threading.Thread):
-    """Reads READY / DONE from the control pipe."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__(daemon=True)
-        self.fd = fd
-        self.shared, self.ready, self.done = threading.Event(), threading.Event(), threading.Event()
-        self.any_request = threading.Event()
-
-    def run(self) -> None:
-        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done}
-        with os.fdopen(self.fd, "rb") as f:
-            for line in iter(f.readline, b""):
-                flag = flags.get(line.strip().decode("ascii", "replace"))
-                if flag is not None:
-                    flag.set()
-                    self.any_request.set()
-
-
-def _tail_file(path: Path, n: int = 4096) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - n))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _killpg(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def live_uid_processes(lo: int, hi: int) -> list[int]:
-    """Pids of live processes whose real uid is in [lo, hi)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            u = _proc_uid(entry)
-            if u is not None and lo <= u < hi:
-                out.append(int(entry))
-    return out
-
-
-def _kill_uid(uid: int) -> None:
-    """Kill every process still running as the slot's uid (escaped process groups)."""
-    for _ in range(3):
-        found = False
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and _proc_uid(entry) == uid:
-                found = True
-                try:
-                    os.kill(int(entry), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        if not found:
-            return
-        time.sleep(0.05)
-
-
-def _proc_uid(pid: str) -> int | None:
-    """Real uid of a live process (None for zombies: already dead, awaiting a reaper)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                    return None
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

@@ -15,6 +15,8 @@ import torch
 from services.verifier import sandbox_mounts as M
 
 PKG = Path(__file__).resolve().parent
+MAX_CACHE_COPY_BYTES = 256 << 20  # a candidate cannot grow the compile cache without bound
+MAX_CACHE_COPY_FILES = 4096
 # Variables passed through from the verifier's environment (device selection, driver
 # paths, the multi-GPU safety switches); everything else is scrubbed.
 PASSTHROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "TRITON_LIBCUDA_PATH",
@@ -78,6 +80,39 @@ def make_readable(d: Path) -> None:
     if root_owned:
         os.chown(d, 0, 0)
     os.chmod(d, 0o755)
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hard link (inputs are root-owned 0644 and mounted read-only) or copy across devices."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def copy_tree(src: Path, dst: Path, skip: Path | None = None,
+              budget: int = MAX_CACHE_COPY_BYTES, max_files: int = MAX_CACHE_COPY_FILES) -> None:
+    """Copy regular files and dirs only (never symlinks), within a byte and file budget,
+    atomically per file (write then rename), so readers never see a half-written entry.
+    Files whose relative path exists under `skip` (the shared stubs) are not copied."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for root, dirs, files in os.walk(src, followlinks=False):
+        rel = Path(root).relative_to(src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            s = Path(root) / name
+            if s.is_symlink() or not s.is_file() or (skip and (skip / rel / name).exists()):
+                continue
+            size = s.stat().st_size
+            max_files -= 1
+            if size > budget or max_files < 0:
+                return
+            budget -= size
+            d = dst / rel / name
+            tmp = d.with_name(f".{name}.kzcopy")
+            shutil.copyfile(s, tmp, follow_symlinks=False)
+            os.replace(tmp, d)
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
 
 
 def load_tensors(path: Path, max_bytes: int) -> Any:

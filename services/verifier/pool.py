@@ -1,0 +1,135 @@
+"""Pre-started candidate sandboxes: the interpreter start-up leaves the critical path.
+
+A fresh sandboxed Python spends ~3-4 s importing torch and triton before it can
+look at a candidate (measured on the H200 host: benchmarks/verifier_notes.md).
+A Slot is such a process started ahead of time in its own private directories:
+`work` (the harness, later the solution), `inputs` (read-only inside; the
+parent hard-links a bundle's trial inputs into it when a job arrives) and
+`cache` (the Triton cache, seeded from the per-source compile cache and copied
+back after the run). Every slot still serves exactly ONE candidate and is then
+torn down: nothing a candidate leaves behind reaches another candidate, except
+compile-cache files of the very same source.
+
+Trusted driver stubs: until its job arrives a slot has run only the harness's
+start-up (Triton builds its cuda_utils module with gcc then). That output is
+trusted and copied once into `stubs/`, which seeds every later slot's cache, so
+gcc runs once per host instead of once per candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+from services.verifier import sandbox
+from services.verifier import sandbox_mounts as M
+from services.verifier import workspace as W
+from services.verifier.options import VerifyOptions
+
+class Slot:
+    """One pre-started sandboxed harness and its private directories."""
+
+    def __init__(self, options: VerifyOptions, mode: str, base: Path, stubs: Path) -> None:
+        self.root = W.new_dir(base, "slot")
+        os.chmod(self.root, 0o711)  # the slot's uid binds its dirs from here: traverse, not list
+        self.work, self.inputs, self.cache = (self.root / n for n in ("work", "inputs", "cache"))
+        for d in (self.work, self.inputs, self.cache):
+            d.mkdir(mode=0o700)
+        (self.work / "out").mkdir()
+        W.populate(self.work, {"harness.py": W.PKG / "harness.py",
+                               "kz_timing.py": W.PKG / "timing.py"})
+        if stubs.is_dir():
+            W.copy_tree(stubs, self.cache)
+        W.make_readable(self.inputs)
+        view = M.View(str(self.work), str(self.inputs), str(self.cache), options.device)
+        self.inside = sandbox.inside_view(mode, view)
+        argv = [sys.executable, "-I", "-B", "-u", f"{self.inside.work}/harness.py"]
+        env = W.env_for(options.device, self.inside, interpret=options.device == "cpu")
+        limits = sandbox.Limits(options.wall_timeout_s, options.cpu_seconds,
+                                options.memory_limit_mb << 20, options.nproc,
+                                options.fsize_mb << 20, options.timing_timeout_s,
+                                options.locked_timeout_s)
+        try:
+            self.process = sandbox.Process(mode, view, argv, env, limits, base)
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    def load(self, solution_src: str, inputs_dir: Path, cache_src: Path) -> None:
+        """Give the slot its candidate: solution file, trial inputs, compile cache."""
+        (self.work / "solution.py").write_text(solution_src)
+        for f in inputs_dir.iterdir():
+            W.link_or_copy(f, self.inputs / f.name)
+        if cache_src.is_dir():
+            W.copy_tree(cache_src, self.cache)
+        self.process.own()
+
+    def save_cache(self, dest: Path, stubs: Path) -> None:
+        """Keep what the candidate compiled for the next run of the same source."""
+        W.copy_tree(self.cache, dest, skip=stubs)
+
+    def close(self, keep: bool = False) -> None:
+        self.process.discard()
+        if not keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+class SlotPool:
+    """Keeps `size` slots started ahead of demand; `take` hands one out and starts another."""
+
+    def __init__(self, options: VerifyOptions, mode: str, base: Path, size: int) -> None:
+        self.options, self.mode, self.base, self.size = options, mode, base, max(0, size)
+        self.stubs = Path(options.cache) / "stubs" / options.device
+        self._idle: list[Slot] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> Slot:
+        slot = None
+        while slot is None:
+            with self._lock:
+                slot = self._idle.pop(0) if self._idle else None
+            if slot is None:
+                slot = self._new()
+            elif not slot.process.alive:  # died while waiting (e.g. the host's OOM killer)
+                slot.close()
+                slot = None
+        self._harvest_stubs(slot)
+        self.fill()
+        return slot
+
+    def fill(self) -> None:
+        """Start slots until `size` are waiting (outside the lock: a start takes ~10 ms)."""
+        while True:
+            with self._lock:
+                if self._closed or len(self._idle) >= self.size:
+                    return
+            slot = self._new()
+            with self._lock:
+                if self._closed:
+                    slot.close()
+                    return
+                self._idle.append(slot)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, idle, self._idle = True, self._idle, []
+        for slot in idle:
+            slot.close()
+
+    def _new(self) -> Slot:
+        return Slot(self.options, self.mode, self.base, self.stubs)
+
+    def _harvest_stubs(self, slot: Slot) -> None:
+        """Keep a warm slot's driver build (trusted: no job was sent yet) as the stubs."""
+        if self.stubs.exists() or not slot.process.warm:
+            return
+        tmp = self.stubs.with_name(f".{self.stubs.name}-{os.getpid()}-{id(slot)}")
+        try:
+            W.copy_tree(slot.cache, tmp)
+            tmp.rename(self.stubs)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,192 @@
+"""Supervising one sandboxed child: control pipe, output drain, phase waits, kills.
+
+Split from sandbox.py (which builds the isolation command line) so each reads alone.
+Nothing here interprets the child's output beyond the control words used to
+sequence the GPU locks; a forged word can only make the child wait or be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # sandbox imports this module at run time
+    from services.verifier.sandbox import Limits
+
+SHARED, READY, DONE, WARM = "KZ-SHARED", "KZ-READY", "KZ-DONE", "KZ-WARM"
+UID_BASE = 61000
+
+
+class UidPool:
+    """Distinct unprivileged uids for concurrent slots."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._free = list(range(UID_BASE, UID_BASE + size))
+        self._cv = threading.Condition()
+
+    def acquire(self) -> int:
+        with self._cv:
+            while not self._free:
+                self._cv.wait()
+            return self._free.pop(0)
+
+    def release(self, uid: int) -> None:
+        with self._cv:
+            self._free.append(uid)
+            self._cv.notify()
+
+
+UIDS = UidPool()
+
+
+class Gates(Protocol):
+    """GPU phases: shared while correctness calls run, exclusive for the timed runs."""
+
+    def shared(self) -> AbstractContextManager[None]: ...
+
+    def exclusive(self) -> AbstractContextManager[None]: ...
+
+
+
+
+def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
+            limits: Limits) -> bool:
+    """Answer the child's lock requests; False if a phase ran out of time."""
+    if gates is None:
+        return wait(proc, None, limits.wall_s)
+    if not wait(proc, ctrl.any_request, limits.wall_s):
+        return False
+    if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
+        with gates.shared():  # bounded: a hang here would stall every timing on the host
+            send(proc, b"GO\n")
+            if not wait(proc, ctrl.ready, limits.locked_wall_s):
+                return False
+    if ctrl.ready.is_set() and proc.poll() is None:
+        with gates.exclusive():
+            send(proc, b"GO\n")
+            return wait(proc, ctrl.done, limits.timing_wall_s)
+    return True
+
+
+def send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]
+    try:
+        assert proc.stdin is not None
+        if data:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def wait(proc: subprocess.Popen, flag: threading.Event | None,  # type: ignore[type-arg]
+          timeout: float) -> bool:
+    """True once `flag` is set or the process exited; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None or (flag is not None and flag.wait(0.02)):
+            return True
+        if flag is None:
+            time.sleep(0.02)
+    return False
+
+
+class Drain(threading.Thread):
+    """Drains stdout so a chatty child never blocks; keeps a tail for diagnostics."""
+
+    def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(daemon=True)
+        self.stream, self._tail = stream, b""
+
+    def run(self) -> None:
+        for line in iter(self.stream.readline, b""):
+            self._tail = (self._tail + line)[-4096:]
+
+    def tail(self) -> str:
+        return self._tail.decode("utf-8", "replace")
+
+
+class Control(threading.Thread):
+    """Reads READY / DONE from the control pipe."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.shared, self.ready, self.done = threading.Event(), threading.Event(), threading.Event()
+        self.any_request, self.warm = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done}
+        warm = self.warm
+        with os.fdopen(self.fd, "rb") as f:
+            for line in iter(f.readline, b""):
+                word = line.strip().decode("ascii", "replace")
+                if word == WARM:
+                    warm.set()
+                    continue
+                flag = flags.get(word)
+                if flag is not None:
+                    flag.set()
+                    self.any_request.set()
+
+
+def tail_file(path: Path, n: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def killpg(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def live_uid_processes(lo: int, hi: int) -> list[int]:
+    """Pids of live processes whose real uid is in [lo, hi)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            u = _proc_uid(entry)
+            if u is not None and lo <= u < hi:
+                out.append(int(entry))
+    return out
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process still running as the slot's uid (escaped process groups)."""
+    for _ in range(3):
+        found = False
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _proc_uid(entry) == uid:
+                found = True
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if not found:
+            return
+        time.sleep(0.05)
+
+
+def _proc_uid(pid: str) -> int | None:
+    """Real uid of a live process (None for zombies: already dead, awaiting a reaper)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                    return None
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

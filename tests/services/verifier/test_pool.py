@@ -1,0 +1,72 @@
+"""Pre-started sandbox slots and the cache copies between them and the shared cache."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import replace
+from pathlib import Path
+
+from services.verifier import sandbox
+from services.verifier import workspace as W
+from services.verifier.core import verify_many
+from services.verifier.pool import SlotPool
+from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS, problem_src
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_copy_tree_copies_files_but_never_symlinks(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "k.bin").write_bytes(b"kernel")
+    (tmp_path / "secret").write_text("root only")
+    (src / "a" / "leak").symlink_to(tmp_path / "secret")
+    (src / "dirlink").symlink_to(tmp_path)
+    W.copy_tree(src, tmp_path / "dst")
+    assert _tree(tmp_path / "dst") == {"a/k.bin": b"kernel"}
+
+
+def test_copy_tree_skips_stub_files_and_respects_the_budget(tmp_path: Path) -> None:
+    src, stubs = tmp_path / "src", tmp_path / "stubs"
+    for d in (src / "t", stubs / "t"):
+        d.mkdir(parents=True)
+    (src / "t" / "cuda_utils.so").write_bytes(b"stub")
+    (stubs / "t" / "cuda_utils.so").write_bytes(b"stub")
+    (src / "t" / "mine.cubin").write_bytes(b"x" * 10)
+    W.copy_tree(src, tmp_path / "dst", skip=stubs)
+    assert _tree(tmp_path / "dst") == {"t/mine.cubin": b"x" * 10}
+    W.copy_tree(src, tmp_path / "small", budget=5)  # over budget: nothing that big is copied
+    assert not any(p.stat().st_size > 5 for p in (tmp_path / "small").rglob("*") if p.is_file())
+
+
+def test_a_dead_slot_is_never_handed_out(tmp_path: Path) -> None:
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
+    mode = sandbox.choose_mode("auto", "cpu")
+    base = W.make_base("")
+    pool = SlotPool(options, mode, base, size=1)
+    try:
+        pool.fill()
+        victim = pool._idle[0]
+        os.killpg(victim.process.proc.pid, signal.SIGKILL)  # e.g. the host's OOM killer
+        victim.process.proc.wait()
+        slot = pool.take()
+        assert slot is not victim and slot.process.alive
+        assert not victim.root.exists()  # the dead slot's dirs were removed
+        slot.close()
+    finally:
+        pool.close()
+        W.shutil.rmtree(base, ignore_errors=True)
+
+
+def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) -> None:
+    """The shared cache may live in a root-only dir: sandboxes get private copies."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    options = replace(CPU_OPTIONS, cache_dir=str(private / "cache"))
+    src = (SOLUTIONS / "add_ok.py").read_text()
+    reports = verify_many([(problem_src("add"), src)] * 2, options, workers=2)
+    assert all(r.passed for r in reports), [r.reasons for r in reports]
+    assert oct(private.stat().st_mode & 0o777) == "0o700"  # nothing widened the caller's dir
