@@ -21,7 +21,11 @@ if it was still waiting), and if it was kept it is revoked: out of the near-dup
 index, the per-challenge answers and both pools, and retracted downstream by a
 kept=False decision with reason `superseded_by:<new id>`. So the new verdict is
 never compared with its own sample, and a re-verified cheat that now fails is gone
-from every later training request. A re-verified sample that is kept again takes its
+from every later training request. A superseded verdict that is the chosen or the
+rejected side of a recorded preference pair is retracted the same way, kept or not
+(a rejected one was decided kept=False before its pair, so only the retraction tells
+consumers the pair no longer stands): the export drops pairs with a retracted side,
+and PreferenceRecorded needs no retraction event of its own. A re-verified sample that is kept again takes its
 predecessor's place in the pools and is not counted as new data. A verdict of an
 older version than the current one is decided `superseded_by:<current id>` and
 changes nothing.
@@ -38,6 +42,7 @@ State is in memory and rebuilt by replaying the verified topic.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from pydantic import BaseModel
 
@@ -84,6 +89,8 @@ class CuratorCore:
         self.index = NearDupIndex(threshold=self.cfg.dup_threshold, num_perm=self.cfg.minhash_perm)
         self.answers: dict[str, tuple[str, float]] = {}  # challenge id -> (sample id, score) of its answer
         self.kept: dict[str, Candidate] = {}  # kept samples, by sample id: what a retraction describes
+        # Unkept samples on either side of a recorded pair: what their retraction describes.
+        self.paired: dict[str, Candidate] = {}
         # Pools keyed by sample id (insertion-ordered) so a revoked sample leaves in O(1).
         self.new_pool: dict[str, PoolItem] = {}
         self.history: dict[str, PoolItem] = {}
@@ -176,6 +183,9 @@ class CuratorCore:
         # Losers held for pairs are decided already; only an undecided candidate needs a decision.
         out += [self._candidate_decision(c, reason) for c in waiting if c.eligible]
         kept = self.kept.pop(old_id, None)
+        paired = self.paired.pop(old_id, None)
+        if kept is None and paired is not None:
+            out.append(self._candidate_decision(paired, reason))  # its pairs no longer stand
         if kept is not None:
             self.index.remove(old_id)
             cid = kept.verdict.challenge_id
@@ -213,6 +223,10 @@ class CuratorCore:
             out.append(self._candidate_decision(c, "kept", kept=True))
             self._remember(c)
         out += [self._pair(p) for p in pairs]
+        for p in pairs:  # after _remember: a kept side is retracted through self.kept
+            for c in (p.chosen, p.rejected):
+                if c.sample_id not in self.kept:
+                    self.paired[c.sample_id] = replace(c, minhash=None)  # only its decision fields are needed
         if self.fresh_kept >= self.cfg.train_threshold:
             out += self._training_request()
         return out

@@ -11,9 +11,23 @@ eval challenges: one set for the candidate (eval_round = round) and, when
 
 Training is idempotent: an adapter directory whose manifest has the request's
 dataset hash is reused, so replaying the log at start-up does not retrain.
+
+Retractions (retraction.py): a kept sample that the curator later retracts (its
+verdict superseded by a re-verification) leaves the sample set. A request that names
+a sample already retracted when the round trains is trained without it: the request
+and the retraction travel on different topics, so the retraction may overtake an
+earlier request, and a request must not wait for a sample that will never be kept
+again nor train on a verdict known to be void. The adapter's manifest then records a
+hash of the request hash plus the dropped ids (a rebuild that drops a different set
+retrains rather than reusing the wrong adapter), RoundTrained keeps the request's hash
+(it answers that request) and its metrics count them (`retracted_samples`). A request whose every sample is retracted trains nothing. A
+retraction arriving after its round trained cannot untrain it; the curator has revoked
+the sample from its pools, so no later request names it.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from pydantic import BaseModel
 
@@ -24,6 +38,7 @@ from services.trainer.exceptions import ConfigError, TrainingError
 from services.trainer.heldout import eval_challenges, heldout_tasks
 from services.trainer.lora import TrainExample, read_manifest, train_lora
 from services.trainer.prompt import build_prompt, format_completion
+from services.trainer.retraction import CuratedSet
 
 
 class TrainerCore:
@@ -37,19 +52,24 @@ class TrainerCore:
         if not config.base_model:
             raise ConfigError("trainer needs services.trainer.base_model (a model directory or hub id)")
         self.cfg = config
-        self.samples: dict[str, SampleCurated] = {}
+        self.curated = CuratedSet()  # kept samples net of retractions
         self.task_types: set[tuple[str, str]] = set()
         self.pending: dict[int, TrainingRequested] = {}
         self.done: set[int] = set()
+        self.skipped: set[int] = set()  # rounds whose every sample was retracted before training
         self.incumbent = 0
         self.incumbent_path: str | None = None  # None: the base model
+
+    @property
+    def samples(self) -> dict[str, SampleCurated]:
+        """Kept, unretracted samples by sample id."""
+        return self.curated.kept
 
     def process(self, event: AnyEnvelope) -> list[BaseModel]:
         p = event.payload
         if isinstance(p, SampleCurated):
             self.task_types.add((p.family, p.dtype))
-            if p.kept:
-                self.samples[p.verdict_event_id] = p
+            self.curated.apply(p)
         elif isinstance(p, TrainingRequested) and p.round not in self.done:
             self.pending[p.round] = p
         elif isinstance(p, RoundEvaluated) and p.promoted:
@@ -60,8 +80,16 @@ class TrainerCore:
         return self._run_ready()
 
     def missing(self, req: TrainingRequested) -> list[str]:
-        """Sample ids of `req` not seen on the curated topic yet."""
-        return [s for s in (*req.new_sample_ids, *req.replay_sample_ids) if s not in self.samples]
+        """Sample ids of `req` not seen on the curated topic yet (a retracted one is not awaited)."""
+        return [s for s in self._ids(req) if s not in self.samples and s not in self.curated.retracted]
+
+    def retracted(self, req: TrainingRequested) -> list[str]:
+        """Sample ids of `req` retracted since the curator requested them."""
+        return [s for s in self._ids(req) if s in self.curated.retracted]
+
+    @staticmethod
+    def _ids(req: TrainingRequested) -> tuple[str, ...]:
+        return (*req.new_sample_ids, *req.replay_sample_ids)
 
     def _run_ready(self) -> list[BaseModel]:
         out: list[BaseModel] = []
@@ -76,7 +104,9 @@ class TrainerCore:
 
     def examples(self, req: TrainingRequested) -> list[TrainExample]:
         out = []
-        for sid in (*req.new_sample_ids, *req.replay_sample_ids):
+        for sid in self._ids(req):
+            if sid in self.curated.retracted:
+                continue
             s = self.samples[sid]
             if s.context is None or s.code is None:
                 raise ProcessingError(f"kept sample {sid} lacks context or code")
@@ -85,17 +115,25 @@ class TrainerCore:
         return out
 
     def _train(self, req: TrainingRequested) -> list[BaseModel]:
+        dropped = self.retracted(req)
+        if len(dropped) == len(self._ids(req)):
+            self.skipped.add(req.round)  # nothing left to train on (the curator skips such requests too)
+            return []
         out_dir = self.cfg.adapters_dir / f"round-{req.round:04d}"
+        trained_hash = effective_hash(req.dataset_hash, dropped)
         manifest = read_manifest(out_dir)
-        if manifest is not None and manifest.get("dataset_hash") == req.dataset_hash:
+        if manifest is not None and manifest.get("dataset_hash") == trained_hash:
             metrics = {k: float(v) for k, v in manifest["metrics"].items()}
         else:
+            extra = {"round": req.round, "request_dataset_hash": req.dataset_hash, "retracted_sample_ids": dropped}
             try:
                 result = train_lora(self.cfg.base_model, self.examples(req), self.cfg.train, out_dir,
-                                    dataset_hash=req.dataset_hash, extra_manifest={"round": req.round})
+                                    dataset_hash=trained_hash, extra_manifest=extra)
             except TrainingError as exc:
                 raise ProcessingError(f"round {req.round}: {exc}") from exc
             metrics = result.metrics
+        if dropped:
+            metrics = {**metrics, "retracted_samples": float(len(dropped))}
         tasks = heldout_tasks(self.task_types, self.cfg)
         arms: list[tuple[int, str | None]] = [(req.round, str(out_dir))]
         if self.cfg.remeasure_incumbent:
@@ -108,3 +146,11 @@ class TrainerCore:
             eval_challenge_ids=[c.challenge_id for c in challenges],
         )
         return [trained, *challenges]
+
+
+def effective_hash(request_hash: str, dropped: list[str]) -> str:
+    """The hash of the set actually trained: the request's own when nothing was dropped."""
+    if not dropped:
+        return request_hash
+    text = "\n".join([request_hash, *sorted(dropped)])
+    return "r-" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()

@@ -9,31 +9,44 @@ Files (loadable with `datasets.load_dataset("json"|"parquet", data_files=...)`):
 Prompts and completions are exactly what the trainer trains on (prompt.py; `few_shot`
 must equal the solver's).
 Only kept samples are exported; a sample curated twice (replays) appears once.
+Retractions (retraction.py) are honoured whatever order the events come in: a kept
+sample that the curator later retracted (re-verification superseded its verdict) is
+not exported, and neither is a preference pair whose chosen or rejected sample was
+retracted: its verdict is no longer the one that speaks for that sample, so the
+preference may no longer hold (a rejected cheat re-verified as passing, a chosen
+kernel that now fails). The curator retracts every paired sample it supersedes, so
+filtering here needs no schema change and no extra event type.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from schemas import AnyEnvelope, PreferenceRecorded, SampleCurated
 from services.trainer.exceptions import ExportError
 from services.trainer.prompt import build_prompt, format_completion
+from services.trainer.retraction import CuratedSet
 
 Format = Literal["jsonl", "parquet"]
 
 
 def sft_rows(curated: Iterable[SampleCurated | AnyEnvelope], few_shot: int = 2) -> list[dict[str, Any]]:
-    rows, seen = [], set()
-    for item in curated:
-        s = _payload(item)
-        if not isinstance(s, SampleCurated) or not s.kept or s.verdict_event_id in seen:
-            continue
+    return _sft_rows(curated_set(curated), few_shot)
+
+
+def curated_set(curated: Iterable[SampleCurated | AnyEnvelope]) -> CuratedSet:
+    """The kept samples and retracted ids of a stream of curated events (other payloads ignored)."""
+    return CuratedSet.of(s for s in map(_payload, curated) if isinstance(s, SampleCurated))
+
+
+def _sft_rows(samples: CuratedSet, few_shot: int) -> list[dict[str, Any]]:
+    rows = []
+    for s in samples.kept.values():
         if s.context is None or s.code is None:
             raise ExportError(f"kept sample {s.verdict_event_id} lacks context or code")
-        seen.add(s.verdict_event_id)
         rows.append({
             "prompt": build_prompt(s.context, s.challenge_id, few_shot=few_shot), "completion": format_completion(s.code),
             "metadata": {
@@ -46,12 +59,15 @@ def sft_rows(curated: Iterable[SampleCurated | AnyEnvelope], few_shot: int = 2) 
     return rows
 
 
-def preference_rows(pairs: Iterable[PreferenceRecorded | AnyEnvelope], few_shot: int = 2) -> list[dict[str, Any]]:
+def preference_rows(
+    pairs: Iterable[PreferenceRecorded | AnyEnvelope], few_shot: int = 2, *, retracted: Collection[str] = (),
+) -> list[dict[str, Any]]:
+    """Rows of the distinct pairs, less those with a `retracted` sample on either side."""
     rows, seen = [], set()
     for item in pairs:
         p = _payload(item)
         key = (p.chosen_sample_id, p.rejected_sample_id) if isinstance(p, PreferenceRecorded) else None
-        if key is None or key in seen:
+        if key is None or key in seen or any(k in retracted for k in key):
             continue
         seen.add(key)
         rows.append({
@@ -81,7 +97,9 @@ def export_dataset(
         raise ExportError(f"unknown export format {fmt!r}; expected 'jsonl' or 'parquet'")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = {"sft": sft_rows(curated_events, few_shot), "preferences": preference_rows(pairs, few_shot)}
+    samples = curated_set(curated_events)  # one pass: the pairs need its retractions too
+    tables = {"sft": _sft_rows(samples, few_shot),
+              "preferences": preference_rows(pairs, few_shot, retracted=samples.retracted)}
     paths = {}
     for name, rows in tables.items():
         path = out_dir / f"{name}.{fmt}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kz_common.config import Settings
 from kz_common.llm.defaults import resolve_model
 from services.trainer.config import EvaluatorConfig, TrainerConfig
@@ -11,7 +13,7 @@ from services.trainer.evaluator import EvaluatorCore
 
 def build_core(settings: Settings) -> TrainerCore:
     config = TrainerConfig.from_settings(settings.services)
-    updates = {"base_model": resolve_model(config.base_model, settings)}
+    updates: dict[str, Any] = {"base_model": resolve_model(config.base_model, settings)}
     if "adapters_dir" not in settings.services.get("trainer", {}):
         updates["adapters_dir"] = settings.paths.data_dir / "adapters"
     return TrainerCore(config.model_copy(update=updates))
