@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs the H200, in one device call. Writes results under $OUT (or ./gpu-out).
+# Sections run in priority order, each under its own timeout, and write their files as they go.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -9,6 +10,7 @@ if [ -d .whl ]; then  # the device image lacks pydantic/orjson/kafka-python: car
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/nvidia-smi.txt"
-echo "== kernels"; timeout 150 python3 benchmarks/kernels.py --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -22
-echo "== gpu tests"; timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -W ignore::DeprecationWarning tests/services/verifier 2>&1 | tee "$OUT/gpu_tests.log" | tail -12
+echo "== kernels"; timeout ${KERNELS_S:-150} python3 benchmarks/kernels.py --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -22
 echo "== verifier benchmark"; timeout ${VERIFIER_BENCH_S:-220} python3 benchmarks/verifier.py --out "$OUT" ${VERIFIER_BENCH_ARGS:-} 2>&1 | tee "$OUT/verifier.log" | tail -30
+echo "== gpu tests"; timeout ${GPU_TESTS_S:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -W ignore::DeprecationWarning tests/services/verifier 2>&1 | tee "$OUT/gpu_tests.log" | tail -12
+echo "== verifier phases"; timeout ${PHASES_S:-60} python3 benchmarks/verifier_phases.py --out "$OUT" 2>&1 | tee "$OUT/phases.log" | tail -20
