@@ -159,7 +159,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     t0 = time.monotonic()
     reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
     wall = time.monotonic() - t0
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (label, _, _), r in zip(batch, reports):
         t = r.timings
         rows.append({"label": label, "passed": r.passed, "stage": r.stage,
@@ -167,13 +167,19 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "candidate_ms": t.candidate_ms if t else None,
                      "naive_ms": t.naive_ms if t else None, "spread": t.spread if t else None,
                      "speedup_vs_naive": r.speedup_vs_naive,
-                     "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s")})
+                     "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s"),
+                     "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start")})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
+    phases = [x["phase_s"] for x in rows if x["phase_s"]]
+    phase_medians = {k: statistics.median(p[k] for p in phases if k in p)
+                     for k in sorted({k for p in phases for k in p})}
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
             "median_candidate_wall_s": statistics.median(walls) if walls else None,
+            "median_phase_s": phase_medians,  # parent-side: start, lock waits, locked phases
+            "warm_starts": sum(bool(x["warm_start"]) for x in rows),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
@@ -234,13 +240,14 @@ def _save(out: Path, result: dict[str, Any]) -> None:
 
 def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
     return {"pass": name, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
-            "median_cand_s": v.get("median_candidate_wall_s"),
+            "median_cand_s": v.get("median_candidate_wall_s"), "warm_starts": v.get("warm_starts"),
+            "phases": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_phase_s") or {}).items()),
             "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
-PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "honest_passed",
-             "cheats_rejected"]
+PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
+             "honest_passed", "cheats_rejected", "phases"]
 
 
 def main(argv: list[str] | None = None) -> int:

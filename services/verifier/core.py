@@ -30,12 +30,12 @@ class Session:
     """Shared state of one verify/verify_many call: temp base, bundles, GPU lock."""
 
     def __init__(self, options: VerifyOptions, max_bundles: int = 8,
-                 warm_slots: int | None = None) -> None:
+                 warm_slots: int | None = None, demand: int | None = None) -> None:
         self.options = options
         self.mode = sandbox.choose_mode(options.isolation, options.device)
         self.base = W.make_base(options.tmp_dir)
         n = options.warm_slots if warm_slots is None else warm_slots
-        self.slots = SlotPool(options, self.mode, self.base, n)
+        self.slots = SlotPool(options, self.mode, self.base, n, demand)
         self.max_bundles = max_bundles
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
         self._bundle_locks: dict[str, threading.Lock] = {}
@@ -197,7 +197,7 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
     # As many pre-started sandboxes as workers (unless turned off): each worker's next
     # candidate finds its sandbox warm.
     warm = max(options.warm_slots, workers) if options.warm_slots else 0
-    session = Session(options, warm_slots=warm)
+    session = Session(options, warm_slots=warm, demand=len(items))
     session.slots.fill()  # they warm up while the first reference bundle is built
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

@@ -78,10 +78,18 @@ class Slot:
 
 
 class SlotPool:
-    """Keeps `size` slots started ahead of demand; `take` hands one out and starts another."""
+    """Keeps `size` slots started ahead of demand; `take` hands one out and starts another.
 
-    def __init__(self, options: VerifyOptions, mode: str, base: Path, size: int) -> None:
+    `demand` (when the caller knows how many candidates will come, as verify_many does)
+    caps how many slots are ever started: a slot nobody takes still imports torch on the
+    CPU while other candidates are being timed.
+    """
+
+    def __init__(self, options: VerifyOptions, mode: str, base: Path, size: int,
+                 demand: int | None = None) -> None:
         self.options, self.mode, self.base, self.size = options, mode, base, max(0, size)
+        self.demand = demand
+        self._started = 0
         self.stubs = Path(options.cache) / "stubs" / options.device
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
@@ -93,6 +101,8 @@ class SlotPool:
             with self._lock:
                 slot = self._idle.pop(0) if self._idle else None
             if slot is None:
+                with self._lock:
+                    self._started += 1
                 slot = self._new()
             elif not slot.process.alive:  # died while waiting (e.g. the host's OOM killer)
                 slot.close()
@@ -105,8 +115,10 @@ class SlotPool:
         """Start slots until `size` are waiting (outside the lock: a start takes ~10 ms)."""
         while True:
             with self._lock:
-                if self._closed or len(self._idle) >= self.size:
+                if (self._closed or len(self._idle) >= self.size
+                        or (self.demand is not None and self._started >= self.demand)):
                     return
+                self._started += 1  # counted before the start, so racing fills stop in time
             slot = self._new()
             with self._lock:
                 if self._closed:

@@ -58,6 +58,9 @@ class RunResult:
     isolation: str
     ready_seen: bool = False
     notes: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)  # parent-side clock per phase
+    warm_start: bool = False  # the job found the interpreter's start-up already done
+    uid: int | None = None  # the slot's uid (None: the caller's own)
 
     def describe(self) -> str:
         if self.timed_out:
@@ -268,10 +271,11 @@ class Process:
             raise SandboxError("sandboxed process already used")
         self._done = True
         t0 = time.monotonic()
-        timed_out = False
+        timed_out, warm, uid = False, self.warm, self.uid
+        clock: dict[str, float] = {}
         try:
             S.send(self.proc, stdin_data)
-            timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits)
+            timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock)
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
         except subprocess.TimeoutExpired:
@@ -282,7 +286,8 @@ class Process:
             self._teardown()
         res = RunResult(None if timed_out else self.proc.returncode, timed_out,
                         time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
-                        self.isolation, self.ctrl.ready.is_set())
+                        self.isolation, self.ctrl.ready.is_set(), phase_s=clock,
+                        warm_start=warm, uid=uid if uid >= S.UID_BASE else None)
         res.notes.extend(notes)
         return res
 

@@ -7,7 +7,9 @@ sequence the GPU locks; a forged word can only make the child wait or be killed.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import signal
 import subprocess
 import threading
@@ -21,25 +23,59 @@ if TYPE_CHECKING:  # sandbox imports this module at run time
 
 SHARED, READY, DONE, WARM = "KZ-SHARED", "KZ-READY", "KZ-DONE", "KZ-WARM"
 UID_BASE = 61000
+UID_RANGE = 1024  # host-wide: every verifier process on the host shares it
+TIMING_NICE = -10  # the exclusive timing phase outranks every other sandbox (nice 0)
 
 
 class UidPool:
-    """Distinct unprivileged uids for concurrent slots."""
+    """Distinct unprivileged uids for concurrent slots, exclusive host-wide.
 
-    def __init__(self, size: int = 64) -> None:
-        self._free = list(range(UID_BASE, UID_BASE + size))
+    Several verifier processes on one host (workers of one consumer group) draw from the
+    same uid range; a uid in use by another process would let candidates of the two
+    signal or read each other, and one teardown's kill-by-uid would kill the other's
+    candidate. So each uid is held by an flock on a file under a shared lock dir
+    (the kernel drops it when the holder dies: a crashed verifier leaks nothing).
+    Containers sharing a kernel but not this dir must mount one dir in common.
+    """
+
+    def __init__(self, size: int = UID_RANGE, lock_dir: str | None = None) -> None:
+        self.size = size
+        self.lock_dir = Path(lock_dir or os.environ.get("KZ_VERIFIER_UID_LOCKS",
+                                                        "/tmp/kz-verifier-uids"))
+        self._held: dict[int, int] = {}  # uid -> fd of its lock file
         self._cv = threading.Condition()
 
     def acquire(self) -> int:
         with self._cv:
-            while not self._free:
-                self._cv.wait()
-            return self._free.pop(0)
+            while True:
+                uid = self._try_lock()
+                if uid is not None:
+                    return uid
+                self._cv.wait(0.1)  # another process may free one: poll, bounded
 
     def release(self, uid: int) -> None:
         with self._cv:
-            self._free.append(uid)
+            fd = self._held.pop(uid, None)
+            if fd is not None:
+                os.close(fd)  # closing drops the flock
             self._cv.notify()
+
+    def _try_lock(self) -> int | None:
+        self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        start = random.randrange(self.size)  # spread processes over the range
+        for i in range(self.size):
+            uid = UID_BASE + (start + i) % self.size
+            if uid in self._held:
+                continue
+            fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._held[uid] = fd
+            return uid
+        return None
 
 
 UIDS = UidPool()
@@ -56,22 +92,57 @@ class Gates(Protocol):
 
 
 def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
-            limits: Limits) -> bool:
-    """Answer the child's lock requests; False if a phase ran out of time."""
+           limits: Limits, clock: dict[str, float] | None = None) -> bool:
+    """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
+    the seconds spent in each phase (to see where a candidate's wall time goes)."""
+    t = clock if clock is not None else {}
+    mark = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        t[name] = round(now - mark, 3)
+        mark = now
+
     if gates is None:
         return wait(proc, None, limits.wall_s)
     if not wait(proc, ctrl.any_request, limits.wall_s):
         return False
+    lap("start")  # job read, solution imported, first request
     if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
         with gates.shared():  # bounded: a hang here would stall every timing on the host
+            lap("shared_wait")
             send(proc, b"GO\n")
             if not wait(proc, ctrl.ready, limits.locked_wall_s):
                 return False
+            lap("shared")  # compile + correctness trials
     if ctrl.ready.is_set() and proc.poll() is None:
         with gates.exclusive():
+            lap("exclusive_wait")
+            renice(proc, TIMING_NICE)
             send(proc, b"GO\n")
-            return wait(proc, ctrl.done, limits.timing_wall_s)
+            try:
+                return wait(proc, ctrl.done, limits.timing_wall_s)
+            finally:
+                renice(proc, 0)
+                lap("exclusive")  # timed runs
     return True
+
+
+def renice(proc: subprocess.Popen, nice: int) -> None:  # type: ignore[type-arg]
+    """Set the whole sandbox's scheduling priority (its process group; root only).
+
+    The timed runs launch each kernel from the host between two CUDA events: a timed
+    process that other sandboxes' torch imports and compiles push off its core idles
+    the GPU inside the measured interval (spreads of 30-100% in a busy H200 batch).
+    Waking first is all the boost buys: the device lock is exclusive anyway.
+    """
+    if os.geteuid() != 0:
+        return
+    try:
+        os.setpriority(os.PRIO_PGRP, proc.pid, nice)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
 
 
 def send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -157,6 +159,44 @@ print("parent done")
 """)
     assert "parent done" in res.stdout_tail
     deadline = time.monotonic() + 3  # SIGKILLed processes take a moment to go
-    while sandbox.live_uid_processes(sandbox.UID_BASE, sandbox.UID_BASE + 64):
+    assert res.uid is not None
+    while sandbox.live_uid_processes(res.uid, res.uid + 1):
         assert time.monotonic() < deadline, "a sandboxed process survived teardown"
         time.sleep(0.05)
+
+
+def test_uids_are_exclusive_across_pools(tmp_path: Path) -> None:
+    """Two verifier processes on one host never hand out the same uid (flock per uid)."""
+    from services.verifier.sandbox_supervise import UidPool
+
+    a, b = UidPool(size=3, lock_dir=str(tmp_path)), UidPool(size=3, lock_dir=str(tmp_path))
+    got = [a.acquire(), b.acquire(), a.acquire()]
+    assert len(set(got)) == 3
+    a.release(got[0])
+    assert b.acquire() == got[0]  # freed by one process, reusable by the other
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority needs root")
+def test_timing_boost_reaches_every_process_of_the_sandbox() -> None:
+    from services.verifier.sandbox_supervise import TIMING_NICE, renice
+
+    # A launcher that forks its payload, as unshare --fork does: both must be boosted.
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        renice(proc, TIMING_NICE)
+        group = [int(p) for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == proc.pid]
+        assert len(group) >= 2
+        assert all(os.getpriority(os.PRIO_PROCESS, p) == TIMING_NICE for p in group)
+        renice(proc, 0)
+        assert all(os.getpriority(os.PRIO_PROCESS, p) == 0 for p in group)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
