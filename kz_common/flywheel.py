@@ -15,6 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from kz_common.exceptions import KernelZeroError
 from kz_common.registry import SERVICES
 from kz_common.topics import physical
 from kz_common.watch import RoundLedger, Watcher
-from schemas import Producer, RoundStarted, encode, make_event
+from schemas import AnyEnvelope, Producer, RoundStarted, encode, make_event
 
 STAGES = ("solutions", "extracted", "verified", "curated")
 
@@ -37,25 +40,48 @@ def run_flywheel(
     settings: Settings, *, rounds: int, challenges: int, round_timeout_s: float, console: Console,
     metrics_base_port: int = 0,
 ) -> list[RoundLedger]:
-    data = settings.paths.data_dir
-    (data / "logs").mkdir(parents=True, exist_ok=True)
-    with ensure_broker(settings.kafka, data / "logs" / "broker.log") as bootstrap:
+    with running_services(settings, console, metrics_base_port) as fleet:
+        watcher = Watcher(settings.kafka, fleet.bootstrap)
+        ledgers = []
+        first = watcher.next_round()
+        for r in range(first, first + rounds):
+            publish_round(settings, fleet.bootstrap, r, challenges)
+            ledgers.append(_follow(watcher, r, round_timeout_s, fleet, console))
+        _summary(ledgers, watcher, console)
+        console.print(f"event log archived under {settings.paths.data_dir / 'archive'}: "
+                      "try `kz sql pass_rate` or `kz report`")
+        return ledgers
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The running broker and service processes of one `running_services` block."""
+
+    bootstrap: str
+    procs: dict[str, subprocess.Popen[bytes]]
+    logs: Path
+
+    def check_alive(self) -> None:
+        """Raise if any service process has exited (a long-lived service never should)."""
+        dead = [n for n, p in self.procs.items() if p.poll() is not None]
+        if dead:
+            raise KernelZeroError(f"service(s) {', '.join(dead)} exited; see their logs in {self.logs}")
+
+
+@contextmanager
+def running_services(settings: Settings, console: Console, metrics_base_port: int = 0) -> Iterator[Fleet]:
+    """Broker (embedded unless configured) + topics + every service process, stopped on exit."""
+    logs = settings.paths.data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with ensure_broker(settings.kafka, logs / "broker.log") as bootstrap:
         create_topics(settings.kafka, bootstrap)
-        console.print(f"broker {bootstrap}; logs in {data / 'logs'}")
-        procs = _start_services(settings, bootstrap, data / "logs", metrics_base_port)
+        console.print(f"broker {bootstrap}; logs in {logs}")
+        procs = _start_services(settings, bootstrap, logs, metrics_base_port)
         if metrics_base_port:
             ports = ", ".join(f"{n} {metrics_base_port + i}" for i, n in enumerate(SERVICES))
             console.print(f"metrics at http://{settings.runner.metrics_host}:PORT/metrics, PORT: {ports}")
         try:
-            watcher = Watcher(settings.kafka, bootstrap)
-            ledgers = []
-            first = watcher.next_round()
-            for r in range(first, first + rounds):
-                _publish_round(settings, bootstrap, r, challenges)
-                ledgers.append(_follow(watcher, r, round_timeout_s, procs, console))
-            _summary(ledgers, watcher, console)
-            console.print(f"event log archived under {data / 'archive'}: try `kz sql pass_rate` or `kz report`")
-            return ledgers
+            yield Fleet(bootstrap, procs, logs)
         finally:
             _stop_services(procs)
 
@@ -77,8 +103,11 @@ def _service_env(settings: Settings, bootstrap: str) -> dict[str, str]:
         services.setdefault("curator", {}).setdefault("window_verdicts", 8)
         services.setdefault("curator", {}).setdefault("train_threshold", 4)
         services.setdefault("evaluator", {}).setdefault("min_samples", 4)
+    # The children read their settings from the environment: pass on what the caller may have set
+    # in code (tests, benchmarks), so they share this run's topics and data dir (caches, archive).
     return {**os.environ, "KZ_KAFKA__BOOTSTRAP_SERVERS": bootstrap, "KZ_SERVICES": json.dumps(services),
-            "PYTHONUNBUFFERED": "1"}
+            "KZ_KAFKA__TOPIC_PREFIX": settings.kafka.topic_prefix,
+            "KZ_PATHS__DATA_DIR": str(settings.paths.data_dir), "PYTHONUNBUFFERED": "1"}
 
 
 def _start_services(
@@ -114,19 +143,25 @@ def _stop_services(procs: dict[str, subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def _publish_round(settings: Settings, bootstrap: str, r: int, n: int) -> None:
+def publish_round(settings: Settings, bootstrap: str, r: int, n: int, seed: int | None = None) -> None:
+    """Publish `round.started` for round `r` with `n` challenges (seed: default `r`) on the control topic."""
+    event = make_event(RoundStarted(round=r, n_challenges=n, seed=r if seed is None else seed),
+                       producer=Producer(service="kz-run", version="1"), correlation_id=f"round-{r}")
+    publish_events(settings, bootstrap, "control", [event])
+
+
+def publish_events(settings: Settings, bootstrap: str, topic: str, events: list[AnyEnvelope]) -> None:
+    """Publish envelopes on logical `topic`, keyed by correlation id, acknowledged by all replicas."""
     from kafka import KafkaProducer
 
-    event = make_event(RoundStarted(round=r, n_challenges=n, seed=r),
-                       producer=Producer(service="kz-run", version="1"), correlation_id=f"round-{r}")
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    producer.send(physical(settings.kafka, "control"), key=event.correlation_id.encode(), value=encode(event))
+    for event in events:
+        producer.send(physical(settings.kafka, topic), key=event.correlation_id.encode(), value=encode(event))
     producer.flush()
     producer.close()
 
 
-def _follow(watcher: Watcher, r: int, timeout_s: float, procs: dict[str, subprocess.Popen[bytes]],
-            console: Console) -> RoundLedger:
+def _follow(watcher: Watcher, r: int, timeout_s: float, fleet: Fleet, console: Console) -> RoundLedger:
     columns = (TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     deadline = time.monotonic() + timeout_s
     with Progress(*columns, console=console, transient=False) as bar:
@@ -139,9 +174,7 @@ def _follow(watcher: Watcher, r: int, timeout_s: float, procs: dict[str, subproc
                 bar.update(tasks[stage], completed=ledger.accounted(stage), total=ledger.expected_samples or None)
             if ledger.complete():
                 return ledger
-            dead = [n for n, p in procs.items() if p.poll() is not None]
-            if dead:
-                raise KernelZeroError(f"service(s) {', '.join(dead)} exited; see their logs")
+            fleet.check_alive()
             if time.monotonic() > deadline:
                 raise KernelZeroError(f"round {r} not complete after {timeout_s:.0f} s: {ledger.describe()}")
 
