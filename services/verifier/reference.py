@@ -34,6 +34,9 @@ class ReferenceBundle:
     inputs_dir: Path
     meta: dict[str, Any]
     refs: list[list[torch.Tensor]]  # per trial index (meta["trials"] order)
+    # Per trial and output: Model's float64 result rounded to the output dtype, where it
+    # refines refs (numerics.accurate_reference); an output may match either.
+    hi_refs: list[list[torch.Tensor | None]]
     inputs: list[list[Any]]  # the parent's own copy of every trial's inputs
     tolerances: dict[str, Tol]
     isolation: str
@@ -113,6 +116,9 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
            "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
            "tolerances": {k: [t.atol, t.rtol, t.rel_norm] for k, t in tols.items()},
            "max_redraws": options.max_redraws, "measure_peak": measure_peak,
+           # float64 references are optional: they may cost at most a quarter of the
+           # reference time limit, so a problem that fits the limit without them still fits
+           "hi_budget_s": options.reference_timeout_s / 4,
            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
                       "flush_bytes": options.flush_mb << 20} if timing else None}
@@ -145,13 +151,14 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
         raise ProblemError("problem failed to run: " + meta["errors"][0][-800:])
     _require_discriminating(meta)
     cap = options.fsize_mb << 20
-    refs, inputs = [], []
+    refs, hi_refs, inputs = [], [], []
     for t in meta["trials"]:
         r = W.load_tensors(work / "ref" / f"ref_{t['shape_index']}_{t['trial']}.pt", cap)
         x = W.load_tensors(work / "inputs" / t["file"], cap)
         if not isinstance(r, list) or not isinstance(x, list):
             raise ProblemError(f"reference outputs for trial {t} could not be read back")
         refs.append(r)
+        hi_refs.append(_hi_refs(work, t.get("hi_file"), r, cap))
         inputs.append(x)
     for r in refs:
         for o in r:
@@ -162,9 +169,22 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
         shutil.move(str(f), inputs_dir / f.name)
     W.make_readable(inputs_dir)
     m = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta_lit
-    return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs, inputs=inputs,
+    return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs,
+                           hi_refs=hi_refs, inputs=inputs,
                            tolerances=tols, isolation=res.isolation, family=family,
                            op=m.get("op") if isinstance(m, dict) else None)
+
+
+def _hi_refs(work: Path, name: Any, refs: list[torch.Tensor],
+             cap: int) -> list[torch.Tensor | None]:
+    """The trial's float64-derived references; None for an output without one. Anything
+    that is not a tensor of the reference's dtype and shape is dropped (never trusted
+    further than the same-dtype reference it refines)."""
+    hi = W.load_tensors(work / "ref" / name, cap) if isinstance(name, str) else None
+    if not isinstance(hi, list) or len(hi) != len(refs):
+        return [None] * len(refs)
+    return [h if isinstance(h, torch.Tensor) and h.dtype == r.dtype and h.shape == r.shape
+            else None for h, r in zip(hi, refs)]
 
 
 def _require_discriminating(meta: dict[str, Any]) -> None:

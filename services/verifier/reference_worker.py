@@ -1,19 +1,22 @@
 """Reference worker: runs the PROBLEM (never a candidate) in its own sandboxed process.
 
 It draws inputs from the parent's fresh seeds, computes the same-dtype reference
-outputs with Model, applies the trivial-solution gate, times Model/ModelOpt on
-CUDA, and writes everything to its private work dir. The parent moves the inputs
+outputs with Model, applies the trivial-solution gate, computes a float64
+reference where it can (see _hi_refs), times Model/ModelOpt on CUDA, and writes
+everything to its private work dir. The parent moves the inputs
 to a read-only dir candidates see and keeps the references in its own memory.
 Standalone (torch only): kz_numerics/kz_timing are copied next to it.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
 import random
 import sys
+import time
 import traceback
 
 # Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
@@ -22,12 +25,18 @@ JOB = json.loads(sys.stdin.readline())
 sys.path.insert(0, JOB["work"])
 
 import torch  # noqa: E402
-from kz_numerics import Tol, compare, trivial_matches  # noqa: E402
+from kz_numerics import Tol, accurate_reference, trivial_matches  # noqa: E402
 
 DEVICE = JOB["device"]
 META: dict = {"nonce": JOB["nonce"], "shapes": [], "trials": [], "errors": [],
               "non_discriminating": []}
 _SEEDS = iter(JOB["seeds"])
+# The float64 reference is an extra, never a requirement: it is skipped where its run
+# would be big (GPU memory is shared with candidates' trials) or slow (the whole worker
+# runs under reference_timeout_s).
+_HI_MAX_BYTES = 1 << 30
+_HI: dict = {"spent_s": 0.0, "budget_s": float(JOB.get("hi_budget_s", 0.0)), "peak": 0,
+             "notes": set()}
 
 
 def _load_problem() -> object:
@@ -79,16 +88,72 @@ def _draw(mod: object, model: torch.nn.Module, exp: int) -> tuple[int, list, lis
     random.seed(seed)
     inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
     inputs = _scaled(inputs, exp) if JOB["scale_inputs"] else inputs
+    if DEVICE == "cuda":  # this run's memory, to size the float64 one (_hi_refs)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     with torch.no_grad():
         refs = _flatten(model(*[_dev(x) for x in inputs]))
+    if DEVICE == "cuda":
+        _HI["peak"] = torch.cuda.max_memory_allocated() - base
     return seed, inputs, [r.detach().cpu().clone() for r in refs]
+
+
+def _hi_model(model: torch.nn.Module) -> torch.nn.Module | None:
+    state = sum(v.numel() * 8 for v in model.state_dict().values())
+    if state > _HI_MAX_BYTES:
+        _HI["notes"].add("skipped: float64 Model too big")
+        return None
+    try:  # a copy: the same-dtype Model stays as it is for timing and further draws
+        return copy.deepcopy(model).to(torch.float64)
+    except Exception as exc:  # noqa: BLE001 - no float64 reference for this problem, fine
+        _HI["notes"].add(f"float64 Model copy failed: {type(exc).__name__}")
+        return None
+
+
+def _hi_refs(hi: torch.nn.Module | None, inputs: list, refs: list) -> list:
+    """Per output: Model's float64 result rounded to the output dtype, or None.
+
+    Float inputs are upcast exactly; a more accurate kernel may then match this
+    reference where rounding inside the same-dtype Model throws the latter off.
+    """
+    none: list = [None] * len(refs)
+    lowp = [r for r in refs if r.is_floating_point() and r.dtype != torch.float64]
+    floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    if hi is None or not lowp or _HI["spent_s"] > _HI["budget_s"]:
+        return none
+    size = _HI["peak"] if DEVICE == "cuda" else sum(t.numel() * t.element_size()
+                                                    for t in floats + refs)
+    if size * 8 / min(t.element_size() for t in floats + lowp) > _HI_MAX_BYTES:
+        _HI["notes"].add("skipped: float64 run too big")
+        return none
+    start = time.perf_counter()
+    try:
+        return _run_hi(hi, inputs, refs)
+    except Exception as exc:  # noqa: BLE001 - e.g. an op without a float64 kernel, or OOM
+        _HI["notes"].add(f"float64 run failed: {type(exc).__name__}")
+        return none
+    finally:
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()  # the float64 blocks belong to no later phase
+        _HI["spent_s"] += time.perf_counter() - start
+
+
+def _run_hi(hi: torch.nn.Module, inputs: list, refs: list) -> list:
+    up = [_dev(x.to(torch.float64)) if isinstance(x, torch.Tensor) and x.is_floating_point()
+          else _dev(x) for x in inputs]
+    with torch.no_grad():
+        outs = _flatten(hi(*up))
+    if len(outs) != len(refs):
+        return [None] * len(refs)
+    return [accurate_reference(r, o.detach().cpu(), _tol(r)) for r, o in zip(refs, outs)]
 
 
 def _dev(x: object) -> object:
     return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
 
 
-def _trial(mod: object, model: torch.nn.Module, s: int, t: int) -> None:
+def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: int,
+           t: int) -> None:
     rng = random.Random(JOB["seeds"][0] + 31 * s + t)
     exp = [0, rng.choice([1, 2]), -rng.choice([1, 2])][t] if t < 3 else rng.randint(-2, 2)
     hits: list[str] = []
@@ -105,10 +170,15 @@ def _trial(mod: object, model: torch.nn.Module, s: int, t: int) -> None:
     name = f"in_{s}_{t}.pt"
     torch.save(inputs, os.path.join(JOB["work"], "inputs", name))
     torch.save(refs, os.path.join(JOB["work"], "ref", f"ref_{s}_{t}.pt"))
+    his = _hi_refs(hi, inputs, refs)
+    hi_file = f"hi_{s}_{t}.pt" if any(h is not None for h in his) else None
+    if hi_file:  # only outputs the float64 run refines: most trials store nothing extra
+        torch.save(his, os.path.join(JOB["work"], "ref", hi_file))
     if len(hits) == len(refs):
         META["non_discriminating"].append(f"shape {s} trial {t}: trivial outputs pass ({hits})")
     META["trials"].append({"shape_index": s, "trial": t, "seed": seed, "scale_exp": exp,
-                           "file": name, "redraws": attempt, "trivial": hits})
+                           "file": name, "redraws": attempt, "trivial": hits,
+                           "hi_file": hi_file})
     if t == 0:
         META["shapes"][s]["outputs"] = [{"dtype": str(r.dtype).replace("torch.", ""),
                                          "shape": list(r.shape), "stride": list(r.stride())}
@@ -216,8 +286,12 @@ def main() -> None:
         return
     for s, overrides in enumerate(_select_shapes(mod)):
         models[s] = _shape(mod, s, dict(overrides))
+        hi = _hi_model(models[s]) if _HI["budget_s"] > 0 else None
         for t in range(JOB["trials"]):
-            _trial(mod, models[s], s, t)
+            _trial(mod, models[s], hi, s, t)
+        del hi
+    META["hi_ref_notes"] = sorted(_HI["notes"])
+    META["hi_ref_s"] = round(_HI["spent_s"], 4)
     if JOB.get("timing"):
         _timing(mod, models)
 

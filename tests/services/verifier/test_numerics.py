@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from services.verifier.numerics import Tol, compare, is_contiguous_or_same, trivial_matches
+from services.verifier.numerics import (
+    Tol,
+    accurate_reference,
+    compare,
+    compare_refs,
+    is_contiguous_or_same,
+    trivial_matches,
+)
 
 TOL = Tol(atol=1e-4, rtol=1e-4, rel_norm=1e-5)
 
@@ -62,3 +71,69 @@ def test_strides_rule() -> None:
     assert is_contiguous_or_same(torch.empty(4, 6), ref)
     assert not is_contiguous_or_same(torch.empty(6, 4).t(), ref)
     assert is_contiguous_or_same(torch.empty(6, 4).t(), torch.empty(6, 4).t())
+
+
+def _gelu_model(h: torch.Tensor) -> torch.Tensor:
+    """bias_gelu's naive Model formula: 0.5*h*(1+tanh(z)) cancels for h << 0."""
+    inner = 0.7978845608028654 * (h + 0.044715 * h * h * h)
+    return 0.5 * h * (1.0 + torch.tanh(inner))
+
+
+def _gelu_kernel(h: torch.Tensor) -> torch.Tensor:
+    """The catalogue kernel's fp32 formula h/(1+exp(-2z)): no cancellation."""
+    z = 0.7978845608028654 * (h + 0.044715 * h * h * h)
+    return h / (1.0 + torch.exp(-2.0 * z))
+
+
+def test_more_accurate_kernel_passes_against_the_float64_reference() -> None:
+    # 1-element outputs (shape 1x1): ||ref|| is floored at atol, so the norm check asks
+    # for |err| < atol*rel_norm = 1e-9, below the fp32 Model's own error in this range.
+    h = torch.linspace(-12.0, 3.0, 6001)
+    ref, out = _gelu_model(h), _gelu_kernel(h)
+    exact = _gelu_model(h.double())
+    stated = [compare(out[i:i + 1], ref[i:i + 1], TOL).ok for i in range(h.numel())]
+    assert not all(stated)  # the false rejection: the same-dtype reference alone fails it
+    failing = h[[not ok for ok in stated]]
+    assert float(failing.min()) < -4.5 and float(failing.max()) > -4.0
+    for i in range(h.numel()):
+        r, x = ref[i:i + 1], exact[i:i + 1]
+        hi = accurate_reference(r, x, TOL)
+        assert compare_refs(out[i:i + 1], r, hi, TOL).ok, float(h[i])
+    # Whole-tensor outputs over the bad range pass too, and the norm floor still bites.
+    bad = torch.linspace(-5.4, -3.6, 301)
+    hi = accurate_reference(_gelu_model(bad), _gelu_model(bad.double()), TOL)
+    assert hi is not None and compare_refs(_gelu_kernel(bad), _gelu_model(bad), hi, TOL).ok
+    assert not compare_refs(torch.zeros(301), _gelu_model(bad), hi, TOL).ok
+
+
+def test_float64_reference_never_widens_acceptance_beyond_one_band() -> None:
+    ref = torch.randn(256)
+    assert accurate_reference(ref, ref.double(), TOL) is None  # nothing to add: not stored
+    assert accurate_reference(ref, (ref + 1e-2).double(), TOL) is None  # not a refinement
+    assert accurate_reference(ref, ref.double()[:128], TOL) is None  # wrong shape
+    assert accurate_reference(torch.arange(4), torch.arange(4.0).double(), TOL) is None
+    nan = ref.clone()
+    nan[3] = math.nan
+    assert accurate_reference(ref, nan.double(), TOL) is None  # non-finite must agree
+    # Within a tenth of the tolerance already: judging against `ref` alone is as good.
+    assert accurate_reference(ref, ref.double() * (1 + 1e-7), TOL) is None
+    near = accurate_reference(ref, ref.double() + 5e-5, TOL)  # off by half the band
+    assert near is not None and near.dtype == ref.dtype
+    # A wrong output is wrong against both; the failure names the stated reference.
+    far = compare_refs(ref + 1e-2, ref, near, TOL)
+    assert not far.ok and far.reason == compare(ref + 1e-2, ref, TOL).reason
+    # The trivial gate is judged on the same-dtype reference only (unchanged).
+    assert trivial_matches(ref * 1e-6, [ref], TOL) == []
+
+
+def test_float64_reference_for_half_outputs() -> None:
+    h = torch.linspace(-6.0, 3.0, 2001).half()
+    tol = Tol(atol=1e-2, rtol=1e-2, rel_norm=2e-3)
+    ref = _gelu_model(h)  # op by op in fp16
+    hi = accurate_reference(ref, _gelu_model(h.double()), tol)
+    out = _gelu_kernel(h.float()).half()  # fp32 math, one rounding
+    assert compare_refs(out, ref, hi, tol).ok
+    for i in range(0, h.numel(), 7):
+        r = ref[i:i + 1]
+        assert compare_refs(out[i:i + 1], r, accurate_reference(r, _gelu_model(
+            h[i:i + 1].double()), tol), tol).ok, float(h[i])
