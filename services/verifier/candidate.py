@@ -110,6 +110,7 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
           options: VerifyOptions) -> Outcome:
     o = Outcome(isolation=res.isolation)
     o.details["wall_s"] = round(res.wall_s, 3)
+    o.details["phase_s"], o.details["warm_start"] = res.phase_s, res.warm_start
     if res.timed_out:
         o.fail("runtime", f"candidate {res.describe()}")
     report = W.load_json(work / "out" / "report.json")

@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.0.0"
+VERIFIER_VERSION = "1.1.0"  # 1.1: float64 reference accepted too (more accurate kernels pass)
 
 
 def _default_cache() -> str:
