@@ -100,13 +100,22 @@ class BatchProcessor:
             causation = doc["causation_id"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return
-        if producer == self.core.name and isinstance(causation, str):
+        if producer != self.core.name:
+            return
+        if isinstance(causation, str):
             self.emitted.add(causation)
+        elif doc.get("type") == "dead.letter":
+            # A record that did not decode has no event id: its letter is known by the record's
+            # log coordinate, so a redelivery (or a restored log read by a new group) is not
+            # dead-lettered again.
+            letter = doc.get("payload") or {}
+            self.emitted.add(_coordinate(letter.get("source_topic"), letter.get("partition"),
+                                         letter.get("offset")))
 
     # ------------------------------------------------------------------ internals
 
     def _handle(self, rec: InRecord, *, emit: bool) -> list[OutMessage]:
-        coordinate = f"{rec.topic}/{rec.partition}/{rec.offset}"
+        coordinate = _coordinate(rec.topic, rec.partition, rec.offset)
         if coordinate in self.done:
             self.counts["redelivered"] += int(emit)  # replays are not skips
             return []
@@ -148,10 +157,16 @@ class BatchProcessor:
         if event.event_id in self.emitted:
             self.counts["on_log"] += 1
             return []
-        try:
-            return [self._wrap(p, event, i) for i, p in enumerate(payloads)]
-        except _Oversize as exc:
-            return self._dead(rec, event, "oversize", str(exc), emit)
+        outs: list[OutMessage] = []
+        for i, p in enumerate(payloads):
+            try:
+                outs.append(self._wrap(p, event, i))
+            except _Oversize as exc:
+                # Only the output that does not fit is lost (to a dead letter): its siblings are
+                # decisions downstream counts on, e.g. a curator window's sample.curated events
+                # next to a preference pair of two long kernels.
+                outs += self._dead(rec, event, "oversize", str(exc), emit, output_index=i)
+        return outs
 
     def _wrap(self, payload: BaseModel, parent: AnyEnvelope, index: int) -> OutMessage:
         correlation = getattr(payload, "challenge_id", None) or parent.correlation_id
@@ -165,12 +180,16 @@ class BatchProcessor:
                           event.type, _outcome(payload))
 
     def _dead(
-        self, rec: InRecord, event: AnyEnvelope | None, kind: ErrorKind, error: str, emit: bool
+        self, rec: InRecord, event: AnyEnvelope | None, kind: ErrorKind, error: str, emit: bool,
+        output_index: int | None = None,
     ) -> list[OutMessage]:
         log.warning("dead-letter %s from %s: %s", kind, rec.topic, error[:300])
         if not emit:
             return []
         if event is not None and event.event_id in self.emitted:
+            self.counts["on_log"] += 1
+            return []
+        if event is None and _coordinate(rec.topic, rec.partition, rec.offset) in self.emitted:
             self.counts["on_log"] += 1
             return []
         original_id = event.event_id if event else peek_event_id(rec.value)
@@ -186,12 +205,19 @@ class BatchProcessor:
         correlation = event.correlation_id if event else "dead-letter"
         dead = make_event(letter, producer=self.producer, correlation_id=correlation)
         if event is not None:  # deterministic id: a redelivered poison event is one letter
+            # (one per oversized output: an input may have several that do not fit)
+            index = DEAD_LETTER_INDEX + (0 if output_index is None else 1 + output_index)
             dead = dead.model_copy(
-                update={"event_id": derived_event_id(event.event_id, self.core.name, DEAD_LETTER_INDEX),
+                update={"event_id": derived_event_id(event.event_id, self.core.name, index),
                         "causation_id": event.event_id}
             )
         return [OutMessage("dead-letters", correlation.encode(), encode(dead), dead.event_id,
                            dead.type, reason=kind)]
+
+
+def _coordinate(topic: object, partition: object, offset: object) -> str:
+    """A record's place on the log (logical topic/partition/offset)."""
+    return f"{topic}/{partition}/{offset}"
 
 
 def _outcome(payload: BaseModel) -> tuple[str, bool] | None:

@@ -5,7 +5,9 @@ must see the raw bytes of every record, including ones that do not decode.
 Exactly-once effect: offsets are committed only after the file holding the
 records is durably renamed into place; records redelivered after a crash
 carry event ids the archive already holds (seeded from disk at start), so they
-are skipped rather than written twice, and the views dedupe by id anyway.
+are skipped rather than written twice, and the views dedupe by id anyway. A
+record that is not an event has no id: it is known by its coordinate and bytes
+(`rows.identity`), so a broker restored from the archive does not add it twice.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kz_common.dedupe import SeenIds
 from kz_common.exceptions import BrokerUnavailable
 from kz_common.topics import logical, topic_specs
 from services.archiver.config import ArchiverConfig
-from services.archiver.rows import LogRecord, to_row
+from services.archiver.rows import LogRecord, identity, to_row
 from services.archiver.store import ArchiveStore
 
 log = logging.getLogger(__name__)
@@ -73,8 +75,8 @@ class Archiver:
     def run(self, stop: threading.Event | None = None, *, until_caught_up: bool = False,
             max_s: float = 600.0) -> ArchiveStats:
         """Archive until `stop` is set or (with until_caught_up) every partition is at its end."""
-        for event_id in self.store.event_ids():
-            self._seen.add(event_id)
+        for key in self.store.identities():
+            self._seen.add(key)
         self._consumer = self._connect()
         deadline = time.monotonic() + max_s
         idle_since = time.monotonic()
@@ -129,12 +131,12 @@ class Archiver:
     def _take(self, rec: LogRecord) -> None:
         self.stats.records += 1
         row = to_row(rec)
-        event_id = row.get("event_id")
-        if event_id is not None and row.get("raw") is None:
-            if event_id in self._seen:
+        key = identity(row)
+        if key is not None:
+            if key in self._seen:
                 self.stats.duplicates += 1
                 return
-            self._seen.add(event_id)
+            self._seen.add(key)
         if not self._rows:
             self._first_buffered = time.monotonic()
         self._rows.append(row)

@@ -9,6 +9,7 @@ its original bytes in `raw` and NULL envelope columns.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -81,6 +82,17 @@ def to_row(rec: LogRecord) -> dict[str, Any]:
         payload=orjson.dumps(doc["payload"]).decode(), facts=orjson.dumps(slim(doc["payload"])).decode(),
     )
     return row
+
+
+def identity(row: dict[str, Any]) -> str | None:
+    """What makes two rows the same record: an event's id; for a record that is not an event
+    (its bytes kept in `raw`), its log coordinate and a digest of the bytes, because a broker
+    restored from the archive hands the archiver those records again at the same places."""
+    raw = row.get("raw")
+    if raw is None:
+        return row.get("event_id")
+    digest = hashlib.blake2b(bytes(raw), digest_size=12).hexdigest()
+    return f"raw:{row['topic']}/{row['partition']}/{row['offset']}/{digest}"
 
 
 def _envelope(value: bytes) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from services.archiver.exceptions import ArchiveError, ArchiveNotFound
-from services.archiver.rows import SCHEMA
+from services.archiver.rows import SCHEMA, identity
 
 NO_DATE = "undated"  # records that carried no parseable time
 
@@ -74,10 +74,16 @@ class ArchiveStore:
         return files
 
     def event_ids(self) -> Iterator[str]:
-        """Event ids of every archived row (for dedupe at start-up)."""
+        """Event ids of every archived row."""
         for path in self.files():
             column = pq.read_table(path, columns=["event_id"]).column("event_id")
             yield from (e for e in column.to_pylist() if e is not None)
+
+    def identities(self) -> Iterator[str]:
+        """`rows.identity` of every archived row (for dedupe at start-up)."""
+        for path in self.files():
+            table = pq.read_table(path, columns=["event_id", "topic", "partition", "offset", "raw"])
+            yield from (i for row in table.to_pylist() if (i := identity(row)) is not None)
 
 
 def _day(row: dict[str, Any]) -> str:
