@@ -266,10 +266,17 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     fns = [lambda s=s: model(*s) for s in sets]
     if not _gate("KZ-READY"):  # the parent takes the exclusive GPU lock, then says go
         return
+    _State.launches, _State.side_stream = 0, 0
     with torch.no_grad():
         stats = TIMER.time(fns, warmup=spec["warmup"], runs=spec["runs"])
     _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
     last = stats.pop("last_outputs")
+    if _State.side_stream:  # a kernel that behaves only while timed is caught here too
+        REPORT["errors"].append(["timing", f"{_State.side_stream} Triton launches on a "
+                                 "non-default stream during the timed runs (side stream "
+                                 "escapes the timer)"])
+    if not _State.launches:
+        REPORT["errors"].append(["timing", "no Triton launch during the timed runs"])
     REPORT["timing"] = stats
     for k, out in enumerate(last):
         outs = _flatten(out)

@@ -3,8 +3,11 @@
 Standalone on purpose (imports only torch): the harness copies this file into
 the sandbox, where the repo is not visible.
 
-Each run: flush L2 (write a buffer >= 2x L2), record `start`, run, record `e1` on
-the current stream, synchronise the whole device, record `e2`. `e1 - start` is
+Each run: flush L2 (write a buffer >= 2x L2), optionally keep the device busy for
+a short spin (so the host's launch of the candidate is queued before `start` is
+reached: otherwise a kernel shorter than its Python launch is timed as the launch;
+SPACER_US below), record `start`, run, record `e1` on the current stream, synchronise the whole device,
+record `e2`. `e1 - start` is
 the accurate device time of work on the current stream. `e2 - start` also
 covers work on any other stream, plus a host wake-up latency that we calibrate
 with an empty function. If the candidate's `e2 - e1` gap exceeds the calibrated
@@ -22,19 +25,45 @@ import torch
 
 FLUSH_BYTES_DEFAULT = 256 << 20  # >= 2x the H200's 60 MB L2
 WARMUP_S = 0.05  # like do_bench's time-based warm-up: long enough for clocks to ramp
+# Device spin before `start`, to cover a Triton launch on a busy host. Off until measured:
+# the H200 flywheel round timed a 59 MB fp32 add at 0.104 ms (roofline 0.13) against 0.019 ms
+# for torch's add, which points at host launch time inside the measured interval;
+# benchmarks/timer_spacer.py compares both settings with do_bench (not yet run on a GPU).
+SPACER_US = 0.0
 
 
 class Timer:
     """Holds the real CUDA primitives, captured before any untrusted code runs."""
 
-    def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT) -> None:
+    def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT,
+                 spacer_us: float = SPACER_US) -> None:
         self.Event = torch.cuda.Event
         self.record = torch.cuda.Event.record
         self.elapsed = torch.cuda.Event.elapsed_time
         self.sync = torch.cuda.synchronize
         self.zero_ = torch.Tensor.zero_
+        self.spin = torch.cuda._sleep
+        self.spacer_us = spacer_us
+        self._cycles: int | None = None
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self._gap0: float | None = None
+
+    def spacer_cycles(self) -> int:
+        """Spin cycles for `spacer_us`, calibrated once on this device (clocks vary)."""
+        if self._cycles is None:
+            if self.spacer_us <= 0:
+                self._cycles = 0
+            else:
+                a, b = self._events(2)
+                probe = 1 << 20
+                self.spin(probe)  # first call: module load, clock ramp
+                self.record(a)
+                self.spin(probe)
+                self.record(b)
+                self.sync()
+                per_us = probe / max(self.elapsed(a, b) * 1e3, 1e-3)
+                self._cycles = int(self.spacer_us * per_us)
+        return self._cycles
 
     def _events(self, n: int) -> list[Any]:
         return [self.Event(enable_timing=True) for _ in range(n)]
@@ -43,11 +72,14 @@ class Timer:
               strict: bool = False) -> tuple[list[float], list[float], list[Any]]:
         starts, e1s, e2s = self._events(runs), self._events(runs), self._events(runs)
         last: list[Any] = [None] * len(fns)
+        cycles = self.spacer_cycles()
         for i in range(runs):
             k = i % len(fns)
             self.zero_(self.flush)
             if strict:
                 self.sync()  # idle device: side-stream work cannot start before `start`
+            elif cycles:
+                self.spin(cycles)
             self.record(starts[i])
             last[k] = fns[k]()
             self.record(e1s[i])
@@ -100,7 +132,8 @@ class Timer:
             "median_ms": med, "p10_ms": _quantile(times, 0.1), "p90_ms": _quantile(times, 0.9),
             "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / med if med > 0 else None,
             "runs": runs, "side_stream": side_stream, "stream_median_ms": med1,
-            "gap_ms": _median(gaps), "gap0_ms": gap0, "last_outputs": last,
+            "gap_ms": _median(gaps), "gap0_ms": gap0, "spacer_us": self.spacer_us,
+            "last_outputs": last,
         }
 
 

@@ -1,0 +1,86 @@
+"""Does the pre-start spin hide the host's launch time? (GPU; services/verifier/timing.py)
+
+    python benchmarks/timer_spacer.py --out DIR
+
+Times small and large Triton kernels with the verifier's Timer without the spin
+(spacer_us=0, the old behaviour), with it (the default), and with
+triton.testing.do_bench, each on an idle host and with busy CPU spinners (as in a
+verification batch, where other sandboxes import torch and compile). Writes
+DIR/timer_spacer.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _cases() -> list[tuple[str, Any]]:
+    from kz_common.kernels import reference_solution
+
+    ns: dict[str, Any] = {}
+    exec(compile(reference_solution("add"), "add_ref", "exec"), ns)  # noqa: S102 - trusted
+    add = ns["ModelNew"]()
+    small = [torch.randn(4731, 1037, device="cuda") for _ in range(2)]  # 59 MB moved: ~14 us
+    big = [torch.randn(1 << 24, device="cuda") for _ in range(2)]  # 201 MB: ~47 us
+    return [("add_4731x1037_fp32", lambda: add(*small)), ("add_16M_fp32", lambda: add(*big))]
+
+
+def _measure(fn: Any) -> dict[str, float]:
+    import triton.testing
+
+    from services.verifier.timing import Timer
+
+    old = statistics.median(Timer(spacer_us=0).time([fn], 5, 100)["median_ms"] for _ in range(3))
+    new = statistics.median(Timer().time([fn], 5, 100)["median_ms"] for _ in range(3))
+    ref = float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
+    return {"no_spacer_ms": old, "spacer_ms": new, "do_bench_ms": ref}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--spinners", type=int, default=max(1, (os.cpu_count() or 4) - 1))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not torch.cuda.is_available():
+        print("no CUDA device")
+        return 0
+    rows = []
+    for load in ("idle", "busy"):
+        procs = [mp.Process(target=_spin, daemon=True) for _ in range(args.spinners if load == "busy" else 0)]
+        for p in procs:
+            p.start()
+        try:
+            for name, fn in _cases():
+                rows.append({"kernel": name, "host": load, **_measure(fn)})
+                print(rows[-1], flush=True)
+        finally:
+            for p in procs:
+                p.kill()
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    (args.out / "timer_spacer.json").write_text(json.dumps(result, indent=1))
+    print("kernel | host | no spacer ms | spacer ms | do_bench ms")
+    for r in rows:
+        print(f"{r['kernel']} | {r['host']} | {r['no_spacer_ms']:.4f} | {r['spacer_ms']:.4f} | "
+              f"{r['do_bench_ms']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
