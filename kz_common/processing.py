@@ -137,14 +137,22 @@ class BatchProcessor:
         self.done.add(event.event_id)
         return self._process(rec, event, emit)
 
+    def _already_on_log(self) -> list[OutMessage]:
+        self.counts["on_log"] += 1
+        return []
+
     def _process(self, rec: InRecord, event: AnyEnvelope, emit: bool) -> list[OutMessage]:
         # On replay a core may offer `observe` (state only): re-sampling an LLM to rebuild
         # state would be slow and, at temperature > 0 without a seed, not even the same.
         observe = getattr(self.core, "observe", None)
+        stateless = not getattr(self.core, "stateful", True)
+        on_log = emit and event.event_id in self.emitted
         try:
-            if not emit and observe is not None:
+            if (not emit or on_log) and observe is not None:
                 observe(event)
-                return []
+                return self._already_on_log() if on_log else []
+            if on_log and stateless:  # its outputs are on the log; nothing to rebuild
+                return self._already_on_log()
             payloads = self.core.process(event)
         except ProcessingError as exc:
             return self._dead(rec, event, "processing", str(exc), emit)
@@ -155,8 +163,7 @@ class BatchProcessor:
         if not emit:
             return []
         if event.event_id in self.emitted:
-            self.counts["on_log"] += 1
-            return []
+            return self._already_on_log()
         outs: list[OutMessage] = []
         for i, p in enumerate(payloads):
             try:

@@ -16,6 +16,7 @@ class ExtractorCore:
     name = "extractor"
     version = "1"
     inputs: tuple[str, ...] = ("solutions",)
+    stateful = False  # nothing to rebuild on restart
 
     def __init__(self, config: ExtractorConfig | None = None) -> None:
         self.config = config or ExtractorConfig()

@@ -24,6 +24,8 @@ class VerifierCore:
     name = "verifier"
     version = VERIFIER_VERSION
     inputs: tuple[str, ...] = ("extracted",)
+    # A verdict depends on its input alone: a restart need not re-run committed kernels.
+    stateful = False
 
     def __init__(self, options: VerifyOptions | None = None) -> None:
         self.options = options or VerifyOptions()
