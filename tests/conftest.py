@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +35,10 @@ def settings(broker: str) -> Settings:
                         "partitions": 3})
     create_topics(s.kafka, broker)
     return s
+
+
+@pytest.fixture
+def verifier_cache(tmp_path: Path) -> Path:
+    """The verifier's shared cache dir. pytest's tmp_path is 0700: the sandbox uid cannot
+    traverse it, and need not, since sandboxes work on private copies of the cache."""
+    return tmp_path / "verifier-cache"

@@ -29,6 +29,7 @@ from services.verifier import sandbox_mounts as M
 from services.verifier import workspace as W
 from services.verifier.options import VerifyOptions
 
+
 class Slot:
     """One pre-started sandboxed harness and its private directories."""
 

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -81,15 +78,6 @@ TRAIN_STEPS = 4
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     texts = [reference_solution(op) for op in available_ops()]
     return build_tiny_model(tmp_path_factory.mktemp("models"), texts, vocab_size=512, hidden=64, layers=1)
-
-
-@pytest.fixture
-def verifier_cache() -> Iterator[Path]:
-    """The verifier's cache, readable by its sandbox uid: pytest's tmp_path (mode 0700) is not."""
-    path = Path(tempfile.mkdtemp(prefix="kz-e2e-verifier-cache-"))
-    os.chmod(path, 0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@ the tiny model, brokers of a test's own (for the test that stops one)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -48,15 +46,6 @@ def tiny_model() -> Path:
     texts = [reference_solution(op) for op in available_ops()]
     cache = Path(tempfile.gettempdir()) / "kz-faults-models"
     return build_tiny_model(cache, texts, vocab_size=512, hidden=64, layers=1)
-
-
-@pytest.fixture
-def verifier_cache() -> Iterator[Path]:
-    """The verifier's cache, readable by its sandbox uid: pytest's tmp_path (mode 0700) is not."""
-    path = Path(tempfile.mkdtemp(prefix="kz-faults-verifier-cache-"))
-    os.chmod(path, 0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
