@@ -2,11 +2,10 @@
 
     python benchmarks/timer_spacer.py --out DIR
 
-Times small and large Triton kernels with the verifier's Timer without the spin
-(spacer_us=0, the old behaviour), with it (the default), and with
-triton.testing.do_bench, each on an idle host and with busy CPU spinners (as in a
-verification batch, where other sandboxes import torch and compile). Writes
-DIR/timer_spacer.json and prints a table.
+Times small and large Triton kernels with the verifier's Timer at several spin lengths
+(spacer_us=0 is the old behaviour) and with triton.testing.do_bench, each on an idle
+host and with busy CPU spinners (as in a verification batch, where other sandboxes
+import torch and compile). Writes DIR/timer_spacer.json and prints a table.
 """
 
 from __future__ import annotations
@@ -41,15 +40,22 @@ def _cases() -> list[tuple[str, Any]]:
     return [("add_4731x1037_fp32", lambda: add(*small)), ("add_16M_fp32", lambda: add(*big))]
 
 
+SPACERS_US = (0.0, 50.0, 200.0, 500.0)
+
+
 def _measure(fn: Any) -> dict[str, float]:
     import triton.testing
 
     from services.verifier.timing import Timer
 
-    old = statistics.median(Timer(spacer_us=0).time([fn], 5, 100)["median_ms"] for _ in range(3))
-    new = statistics.median(Timer().time([fn], 5, 100)["median_ms"] for _ in range(3))
-    ref = float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
-    return {"no_spacer_ms": old, "spacer_ms": new, "do_bench_ms": ref}
+    row: dict[str, float] = {}
+    for us in SPACERS_US:
+        runs = [Timer(spacer_us=us).time([fn], 5, 100) for _ in range(3)]
+        row[f"spacer{us:g}_ms"] = statistics.median(r["median_ms"] for r in runs)
+        row[f"spacer{us:g}_spread"] = statistics.median(r["spread"] for r in runs)
+    row["do_bench_ms"] = float(triton.testing.do_bench(fn, warmup=25, rep=200,
+                                                       return_mode="median"))
+    return row
 
 
 def main() -> int:
@@ -75,10 +81,11 @@ def main() -> int:
                 p.kill()
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     (args.out / "timer_spacer.json").write_text(json.dumps(result, indent=1))
-    print("kernel | host | no spacer ms | spacer ms | do_bench ms")
+    cols = [f"spacer{us:g}" for us in SPACERS_US]
+    print("kernel | host | " + " | ".join(f"{c} ms (spread)" for c in cols) + " | do_bench ms")
     for r in rows:
-        print(f"{r['kernel']} | {r['host']} | {r['no_spacer_ms']:.4f} | {r['spacer_ms']:.4f} | "
-              f"{r['do_bench_ms']:.4f}")
+        cells = " | ".join(f"{r[c + '_ms']:.4f} ({r[c + '_spread']:.2f})" for c in cols)
+        print(f"{r['kernel']} | {r['host']} | {cells} | {r['do_bench_ms']:.4f}")
     return 0
 
 

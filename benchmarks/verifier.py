@@ -168,21 +168,38 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "naive_ms": t.naive_ms if t else None, "spread": t.spread if t else None,
                      "speedup_vs_naive": r.speedup_vs_naive,
                      "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s"),
-                     "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start")})
+                     "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start"),
+                     "steps_s": r.details.get("steps_s"),
+                     "harness_steps_s": r.details.get("harness_steps_s")})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
-    phases = [x["phase_s"] for x in rows if x["phase_s"]]
-    phase_medians = {k: statistics.median(p[k] for p in phases if k in p)
-                     for k in sorted({k for p in phases for k in p})}
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
+            "workers": workers, "timer_spacer_us": options.timer_spacer_us,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
             "median_candidate_wall_s": statistics.median(walls) if walls else None,
-            "median_phase_s": phase_medians,  # parent-side: start, lock waits, locked phases
+            # parent-side: start, lock waits, locked phases
+            "median_phase_s": _medians([x["phase_s"] for x in rows]),
+            # parent-side steps: slot wait, cache copy-in, sandbox, judge (load, compare), bundle
+            "median_steps_s": _medians([x["steps_s"] for x in rows]),
+            "sum_steps_s": _sums([x["steps_s"] for x in rows]),
+            # the harness's own clock inside the sandbox (import, compile, calls, saving)
+            "median_harness_steps_s": _medians([x["harness_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
+
+
+def _medians(dicts: list[Any]) -> dict[str, float]:
+    ds = [d for d in dicts if isinstance(d, dict)]
+    return {k: statistics.median(d[k] for d in ds if k in d)
+            for k in sorted({k for d in ds for k in d})}
+
+
+def _sums(dicts: list[Any]) -> dict[str, float]:
+    ds = [d for d in dicts if isinstance(d, dict)]
+    return {k: round(sum(d.get(k, 0.0) for d in ds), 2) for k in sorted({k for d in ds for k in d})}
 
 
 def timer_agreement() -> list[dict[str, Any]]:
@@ -242,12 +259,15 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
     return {"pass": name, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
             "median_cand_s": v.get("median_candidate_wall_s"), "warm_starts": v.get("warm_starts"),
             "phases": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_phase_s") or {}).items()),
+            "steps": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_steps_s") or {}).items()),
+            "harness": " ".join(f"{k}={t:.2f}"
+                                for k, t in (v.get("median_harness_steps_s") or {}).items()),
             "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
-             "honest_passed", "cheats_rejected", "phases"]
+             "honest_passed", "cheats_rejected", "phases", "steps", "harness"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,11 @@ import json
 import math
 import secrets
 import threading
+import time
 import uuid
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,17 +76,43 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
     gets a pre-started sandbox; without, one is started for it now."""
     key = source_hash(solution_src, options.device)
     cache = Path(options.cache) / "candidates" / key
-    slot = slots.take() if slots else SlotPool(options, mode, base, 0).take()
+    steps: dict[str, float] = {}  # parent-side seconds per step (where a candidate's time goes)
+    with _step(steps, "slot"):
+        slot = slots.take() if slots else SlotPool(options, mode, base, 0).take()
     try:
-        with _hash_lock(key):  # identical sources read and extend one compile cache in turn
+        with _step(steps, "load"), _hash_lock(key):  # identical sources share one cache in turn
             slot.load(solution_src, bundle.inputs_dir, cache)
         job = _job(bundle, options, slot.inside)
-        res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
-        with _hash_lock(key):
+        with _step(steps, "sandbox"):
+            res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
+        with _step(steps, "save_cache"), _hash_lock(key):
             slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
-        return judge(slot.work, job, res, bundle, options)
+        out = judge(slot.work, job, res, bundle, options, gates, steps)
+        out.details["steps_s"] = {k: round(v, 3) for k, v in steps.items()}
+        return out
     finally:
         slot.close(keep=options.keep_artifacts)
+
+
+@contextmanager
+def _step(steps: dict[str, float], name: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
+
+
+@contextmanager
+def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None) -> Iterator[str]:
+    """Where the parent compares outputs with references: on a GPU host the GPU itself (a
+    256 MB fp32 output costs ~1 s of the host's CPU to compare, ~1 ms of the GPU's), under
+    the shared lock so that no comparison runs while another candidate is being timed."""
+    if options.device != "cuda":
+        yield "cpu"
+        return
+    with gates.shared() if gates is not None else nullcontext():
+        yield "cuda"
 
 
 def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dict[str, Any]:
@@ -102,12 +132,14 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
         n = options.n_timing_runs
         job["timing"] = {"shape_index": timing["shape_index"], "files": timing["files"],
                          "warmup": options.warmup, "runs": n + secrets.randbelow(n // 4 + 1),
-                         "flush_bytes": options.flush_mb << 20}
+                         "flush_bytes": options.flush_mb << 20,
+                         "spacer_us": options.timer_spacer_us}
     return job
 
 
 def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: ReferenceBundle,
-          options: VerifyOptions) -> Outcome:
+          options: VerifyOptions, gates: sandbox.Gates | None = None,
+          steps: dict[str, float] | None = None) -> Outcome:
     o = Outcome(isolation=res.isolation)
     o.details["wall_s"] = round(res.wall_s, 3)
     o.details["phase_s"], o.details["warm_start"] = res.phase_s, res.warm_start
@@ -119,16 +151,27 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
         o.details["stderr_tail"] = res.stderr_tail[-1500:]  # diagnostics only, never trusted
         return o
     _report_failures(o, report, job, res)
+    hs = report.get("steps_s")  # the harness's own clock: diagnostics, decides nothing
+    if isinstance(hs, dict):
+        o.details["harness_steps_s"] = {str(k)[:32]: v for k, v in list(hs.items())[:16]
+                                        if isinstance(v, (int, float))}
     cap = options.fsize_mb << 20
-    for i, call in enumerate(job["calls"]):
-        data = W.load_tensors(work / "out" / f"call_{i}.pt", cap)
-        if data is None and not o.failures:
-            o.fail("output", f"call {i}: no readable outputs")
-        if data is not None:
-            _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})",
-                        expect_inputs=bool(call.get("save_inputs")))
-    if not o.failures and job.get("timing"):
-        _check_timing(o, work, report, bundle, cap)
+    steps = {} if steps is None else steps
+    with _step(steps, "judge_load"):  # every file first: the device section below is short
+        calls = [W.load_tensors(work / "out" / f"call_{i}.pt", cap)
+                 for i in range(len(job["calls"]))]
+        timed = [W.load_tensors(work / "out" / f"timed_{k}.pt", cap)
+                 for k in range(len(bundle.meta["timing"]["trial_indices"]))] \
+            if job.get("timing") else []
+    with _step(steps, "judge_compare"), _compare_device(options, gates) as dev:
+        for i, (call, data) in enumerate(zip(job["calls"], calls)):
+            if data is None and not o.failures:
+                o.fail("output", f"call {i}: no readable outputs")
+            if data is not None:
+                _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})",
+                            expect_inputs=bool(call.get("save_inputs")), device=dev)
+        if not o.failures and job.get("timing"):
+            _check_timing(o, timed, report, bundle, dev)
     return o
 
 
@@ -172,8 +215,9 @@ def _stage_msg(err: Any) -> tuple[str, str]:
 
 
 def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: str,
-                expect_inputs: bool = False) -> None:
-    refs, his, inputs = bundle.refs[i], bundle.hi_refs[i], bundle.inputs[i]
+                expect_inputs: bool = False, device: str = "cpu") -> None:
+    refs, his = bundle.refs_on(device, i)
+    inputs = bundle.inputs[i]
     after = data.get("inputs_after") if isinstance(data, dict) else None
     if not (isinstance(data, dict) and isinstance(data.get("outputs"), list)
             and (after is None or isinstance(after, list))):
@@ -193,13 +237,13 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
     in_ptrs = {x.untyped_storage().data_ptr() for x in after
                if type(x) is torch.Tensor and x.numel()}
     for j, (out, ref, hi) in enumerate(zip(outs, refs, his)):
-        bad = _structure(out, ref, in_ptrs)
+        bad = _structure(out, ref, in_ptrs)  # on the loaded tensor: its own strides, storage
         if bad:
             o.fail("output", f"{where}: output {j} {bad}")
             continue
         tol = bundle.tol_for(ref.dtype)
         # Same-dtype or float64-derived reference: a more accurate kernel must pass too.
-        cmp = compare_refs(out, ref, hi, tol or _EXACT)
+        cmp = compare_refs(out.to(device), ref, hi, tol or _EXACT)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
             named = _name_it(o, out, inputs, i)
@@ -208,8 +252,11 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
 
 
 def _digest(t: torch.Tensor) -> str:
+    """Fingerprint of a (CPU) output, only to NAME a memoised output whose numerics already
+    failed: a collision can mislabel a rejection, never pass anything. CRC32 over the buffer
+    costs a third of SHA-256 plus its copy, and runs for every call of every candidate."""
     raw = t.detach().reshape(-1).contiguous().view(torch.uint8) if t.numel() else t
-    return hashlib.sha256(raw.numpy().tobytes()).hexdigest() + str(tuple(t.shape))
+    return f"{zlib.crc32(raw.numpy()):08x}{t.dtype}{tuple(t.shape)}"
 
 
 def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:
@@ -257,20 +304,19 @@ def _same_bits(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _check_timing(o: Outcome, work: Path, report: dict[str, Any], bundle: ReferenceBundle,
-                  cap: int) -> None:
+def _check_timing(o: Outcome, timed: list[Any], report: dict[str, Any],
+                  bundle: ReferenceBundle, device: str) -> None:
     stats = report.get("timing")
     med = stats.get("median_ms") if isinstance(stats, dict) else None
     if not isinstance(med, (int, float)) or not math.isfinite(med) or med <= 0:
         o.fail("timing", "no valid timing result from the timed runs")
         return
     o.timing = {k: v for k, v in stats.items() if isinstance(v, (int, float, bool))}
-    for k, ti in enumerate(bundle.meta["timing"]["trial_indices"]):
-        data = W.load_tensors(work / "out" / f"timed_{k}.pt", cap)
+    for k, (ti, data) in enumerate(zip(bundle.meta["timing"]["trial_indices"], timed)):
         before = len(o.failures)
         if data is None:
             o.fail("timing", f"timed run {k}: no readable outputs")
             continue
-        _check_call(o, data, ti, bundle, f"timed run {k}")
+        _check_call(o, data, ti, bundle, f"timed run {k}", device=device)
         for n in range(before, len(o.failures)):
             o.failures[n] = ("timing", o.failures[n][1] + " (output changed in timed runs)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 import traceback
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -118,8 +119,12 @@ class Session:
             return rejected("static", static.reasons, o.device, isolation="none (not run)",
                             fingerprint=perf.fingerprint(o.device, None, "none"),
                             details={"kernels": list(static.kernels)})
+        t0 = time.monotonic()
         with self.bundle(problem_src) as bundle:
-            return self._judge(solution_src, bundle, static.kernels)
+            waited = time.monotonic() - t0  # the build itself, or the wait for another's
+            rep = self._judge(solution_src, bundle, static.kernels)
+        rep.details.setdefault("steps_s", {})["bundle"] = round(waited, 3)
+        return rep
 
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
                kernels: tuple[str, ...]) -> VerifyReport:

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 
 # Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
@@ -51,6 +52,15 @@ _POISONED = frozenset(JOB["poisoned_aten"])
 _INT_POISON = int(JOB["int_poison"])
 DEVICE = JOB["device"]
 REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": []}
+_T0 = [time.monotonic()]
+
+
+def _mark(step: str) -> None:
+    """Seconds since the last mark, per step: diagnostics only (the parent never trusts them)."""
+    now = time.monotonic()
+    steps = REPORT.setdefault("steps_s", {})
+    steps[step] = round(steps.get(step, 0.0) + now - _T0[0], 4)
+    _T0[0] = now
 
 
 class _State:
@@ -264,12 +274,15 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     sets = [[_to_device(x) for x in _load(os.path.join(JOB["inputs"], f), weights_only=True)]
             for f in spec["files"]]
     fns = [lambda s=s: model(*s) for s in sets]
+    _mark("timing_inputs")
     if not _gate("KZ-READY"):  # the parent takes the exclusive GPU lock, then says go
         return
+    _mark("exclusive_wait")
     _State.launches, _State.side_stream = 0, 0
     with torch.no_grad():
         stats = TIMER.time(fns, warmup=spec["warmup"], runs=spec["runs"])
     _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
+    _mark("timed")
     last = stats.pop("last_outputs")
     if _State.side_stream:  # a kernel that behaves only while timed is caught here too
         REPORT["errors"].append(["timing", f"{_State.side_stream} Triton launches on a "
@@ -352,8 +365,10 @@ def main() -> None:
     if DEVICE == "cuda":
         from kz_timing import Timer
 
-        TIMER = Timer(JOB["timing"]["flush_bytes"]) if JOB.get("timing") else Timer(1 << 20)
+        spec = JOB.get("timing") or {"flush_bytes": 1 << 20, "spacer_us": 0.0}
+        TIMER = Timer(spec["flush_bytes"], float(spec.get("spacer_us", 0.0)))
     _install_launch_counter()
+    _mark("setup")
     try:
         mod = _import_solution()
     except BaseException as exc:  # noqa: BLE001
@@ -361,19 +376,24 @@ def main() -> None:
         REPORT["stage"] = "import"
         _write_report()
         return
+    _mark("import")
     models = _build_all(mod)
     if models is None:
         _write_report()
         return
     inputs = [_load(os.path.join(JOB["inputs"], c["file"]), weights_only=True)
               for c in JOB["calls"]]
+    _mark("build_and_load")
     if DEVICE == "cuda":
         _warmup(models, inputs)
+    _mark("compile")
     if not _gate("KZ-SHARED"):
         return
+    _mark("shared_wait")
     for call_index, call in enumerate(JOB["calls"]):
         _run_call(models[call["shape_index"]], call, call_index, inputs[call_index])
         _write_report()  # incremental: a later crash keeps what was learnt
+    _mark("calls")
     REPORT["integrity"] = _integrity()
     clean = not REPORT["errors"] and not REPORT["integrity"] and all(
         not c["errors"] and not c["aten_violations"] and c["launches"] for c in REPORT["calls"])
@@ -384,6 +404,7 @@ def main() -> None:
             REPORT["errors"].append(["timing", f"timing failed: {_brief(exc)}"])
         REPORT["integrity"] = _integrity()
     _flush_pending()
+    _mark("save_outputs")
     _write_report()
 
 

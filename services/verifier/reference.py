@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +45,26 @@ class ReferenceBundle:
     op: str | None = None
     notes: list[str] = field(default_factory=list)
 
+    # Copies of refs/hi_refs on another device (the GPU the parent compares on), made once.
+    _on: dict[str, tuple[list[list[torch.Tensor]], list[list[torch.Tensor | None]]]] = \
+        field(default_factory=dict, repr=False)
+    _on_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
     def tol_for(self, dtype: torch.dtype) -> Tol | None:
         return self.tolerances.get(str(dtype).replace("torch.", ""))
+
+    def refs_on(self, device: str, i: int) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Trial `i`'s references (same-dtype, float64-derived) on `device`."""
+        if device == "cpu":
+            return self.refs[i], self.hi_refs[i]
+        with self._on_lock:
+            if device not in self._on:
+                self._on[device] = (
+                    [[r.to(device) for r in rs] for rs in self.refs],
+                    [[h.to(device) if h is not None else None for h in hs]
+                     for hs in self.hi_refs])
+            refs, his = self._on[device]
+        return refs[i], his[i]
 
 
 def problem_key(problem_src: str, options: VerifyOptions) -> str:
@@ -121,7 +140,8 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
            "hi_budget_s": options.reference_timeout_s / 4,
            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
-                      "flush_bytes": options.flush_mb << 20} if timing else None}
+                      "flush_bytes": options.flush_mb << 20,
+                      "spacer_us": options.timer_spacer_us} if timing else None}
     limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
                             options.memory_limit_mb << 20, options.nproc,
                             options.fsize_mb << 20, options.timing_timeout_s,

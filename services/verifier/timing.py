@@ -25,11 +25,12 @@ import torch
 
 FLUSH_BYTES_DEFAULT = 256 << 20  # >= 2x the H200's 60 MB L2
 WARMUP_S = 0.05  # like do_bench's time-based warm-up: long enough for clocks to ramp
-# Device spin before `start`, to cover a Triton launch on a busy host. Off until measured:
-# the H200 flywheel round timed a 59 MB fp32 add at 0.104 ms (roofline 0.13) against 0.019 ms
-# for torch's add, which points at host launch time inside the measured interval;
-# benchmarks/timer_spacer.py compares both settings with do_bench (not yet run on a GPU).
-SPACER_US = 0.0
+# Device spin before `start`, to cover a Triton launch on a busy host: the H200 flywheel round
+# timed a 59 MB fp32 add at 0.104 ms (roofline 0.13) against 0.019 ms for torch's add, host
+# launch time inside the measured interval. The spin runs before `start` and touches no
+# memory, so it cannot change a kernel's device time, only hide a slow launch;
+# benchmarks/timer_spacer.py compares settings with do_bench (timer_spacer_notes.md).
+SPACER_US = 200.0
 
 
 class Timer:

