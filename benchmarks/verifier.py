@@ -175,7 +175,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
-            "workers": workers, "timer_spacer_us": options.timer_spacer_us,
+            "workers": workers,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
             "median_candidate_wall_s": statistics.median(walls) if walls else None,
             # parent-side: start, lock waits, locked phases
@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-unpooled", action="store_true",
                     help="first a cold pass without pre-started sandboxes (the old path)")
     ap.add_argument("--no-timer", action="store_true", help="skip the timer-vs-do_bench check")
+    ap.add_argument("--cold-only", action="store_true", help="no warm pass")
+    ap.add_argument("--only", default="", help="only candidates whose label starts with this")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many candidates")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -293,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     batch = honest_batch() + cheat_batch()
     if args.quick:
         batch = batch[::3]
+    batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    passes = [("cold", cache, 1)] + ([] if args.quick else [("warm", cache, 1)])
+    passes = [("cold", cache, 1)] + ([] if args.quick or args.cold_only else [("warm", cache, 1)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
         passes.insert(0, ("cold_unpooled", tempfile.mkdtemp(prefix="kzbench-cache-"), 0))
     for name, pass_cache, slots in passes:

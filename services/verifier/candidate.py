@@ -132,8 +132,7 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
         n = options.n_timing_runs
         job["timing"] = {"shape_index": timing["shape_index"], "files": timing["files"],
                          "warmup": options.warmup, "runs": n + secrets.randbelow(n // 4 + 1),
-                         "flush_bytes": options.flush_mb << 20,
-                         "spacer_us": options.timer_spacer_us}
+                         "flush_bytes": options.flush_mb << 20}
     return job
 
 

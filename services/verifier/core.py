@@ -41,6 +41,7 @@ class Session:
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
         self._bundle_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
+        self._expected: dict[str, int] = {}  # uses announced by verify_many, not yet done
         self._guard = threading.Lock()
         self.gpu = perf.GpuLock(options.cache) if options.device == "cuda" else None
 
@@ -54,13 +55,9 @@ class Session:
         """The problem's bundle (built once, shared), pinned while the caller uses it."""
         key = reference.problem_key(problem_src, self.options)
         with self._guard:
-            lock = self._bundle_locks.setdefault(key, threading.Lock())
             self._in_use[key] = self._in_use.get(key, 0) + 1
         try:
-            with lock:
-                if key not in self._bundles:
-                    self._bundles[key] = self._build(problem_src)
-                got = self._bundles[key]
+            got = self.ensure(problem_src)
             if isinstance(got, ProblemError):
                 raise got
             yield got
@@ -69,12 +66,35 @@ class Session:
                 self._in_use[key] -= 1
                 self._evict()
 
+    def ensure(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
+        """Build the problem's bundle unless it exists (one build per problem at a time)."""
+        key = reference.problem_key(problem_src, self.options)
+        with self._guard:
+            lock = self._bundle_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._bundles:
+                self._bundles[key] = self._build(problem_src)
+            return self._bundles[key]
+
+    def expect(self, problems: Iterable[str]) -> None:
+        """Announce future uses: their bundles are not evicted until `done_with`."""
+        with self._guard:
+            for p in problems:
+                key = reference.problem_key(p, self.options)
+                self._expected[key] = self._expected.get(key, 0) + 1
+
+    def done_with(self, problem_src: str) -> None:
+        key = reference.problem_key(problem_src, self.options)
+        with self._guard:
+            self._expected[key] = max(0, self._expected.get(key, 0) - 1)
+            self._evict()
+
     def _evict(self) -> None:
         """Keep at most max_bundles; drop the oldest unpinned ones (and their inputs)."""
         for key in list(self._bundles):
             if len(self._bundles) <= self.max_bundles:
                 return
-            if self._in_use.get(key, 0) == 0:
+            if self._in_use.get(key, 0) == 0 and self._expected.get(key, 0) == 0:
                 old = self._bundles.pop(key)
                 if isinstance(old, reference.ReferenceBundle):
                     shutil.rmtree(old.inputs_dir, ignore_errors=True)
@@ -197,16 +217,80 @@ def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> Verif
 def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
                 workers: int = 4) -> list[VerifyReport]:
     """Verify (problem, solution) pairs: candidates run in parallel sandboxed processes,
-    references are built once per problem, and timed runs hold one GPU lock."""
+    references are built once per problem (ahead of the workers), and timed runs hold
+    one GPU lock."""
     items = list(pairs)
     # As many pre-started sandboxes as workers (unless turned off): each worker's next
     # candidate finds its sandbox warm.
     warm = max(options.warm_slots, workers) if options.warm_slots else 0
     session = Session(options, warm_slots=warm, demand=len(items))
     session.slots.fill()  # they warm up while the first reference bundle is built
+    session.expect(p for p, _ in items)
+    progress = _Progress()
+    builder = threading.Thread(target=_prefetch, name="kz-bundle-prefetch", daemon=True,
+                               args=(session, items, progress, 2 * max(1, workers)))
+    builder.start()
+
+    def one(job: tuple[int, tuple[str, str]]) -> VerifyReport:
+        i, (problem, solution) = job
+        progress.started(i)
+        try:
+            return session.verify(problem, solution)
+        finally:
+            session.done_with(problem)
+
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            return list(pool.map(lambda p: session.verify(*p), items))
+            return list(pool.map(one, enumerate(items)))
     finally:
+        progress.stop()
+        builder.join()  # a build in flight writes under session.base
         session.close()
+
+
+class _Progress:
+    """The highest item index a worker has started, for the prefetcher to stay close behind."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._top = -1
+        self._stopped = False
+
+    def started(self, i: int) -> None:
+        with self._cv:
+            self._top = max(self._top, i)
+            self._cv.notify_all()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    def wait_for(self, i: int) -> bool:
+        """Block until item `i` or a later one has started; False once stopped."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._stopped or self._top >= i)
+            return not self._stopped
+
+
+def _prefetch(session: Session, items: list[tuple[str, str]], progress: _Progress,
+              ahead: int) -> None:
+    """Build each problem's bundle before the workers reach it (a build is an own sandboxed
+    reference run, ~10-15 s on the H200: workers that met an unbuilt problem waited for it
+    about as long as they spent verifying). At most `ahead` items ahead of the workers, so
+    the bundles held do not grow with the batch; problems whose candidates all fail the
+    static check never need one."""
+    seen: set[str] = set()
+    policy = session.options.policy
+    for i, (problem, solution) in enumerate(items):
+        key = reference.problem_key(problem, session.options)
+        if key in seen or not check_solution(solution, policy).ok:
+            continue
+        seen.add(key)
+        if not progress.wait_for(i - ahead):
+            return
+        try:
+            session.ensure(problem)
+        except Exception:  # noqa: BLE001 - the worker that needs it builds it and reports
+            continue
 

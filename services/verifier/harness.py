@@ -36,6 +36,7 @@ def _prewarm() -> None:
 
         if torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET"):
             triton.runtime.driver.active.utils  # noqa: B018 - the load is the point
+            torch.empty(1, device="cuda")  # the CUDA context: 0.3-2 s on a busy host
     except Exception:  # noqa: BLE001
         pass
 
@@ -55,12 +56,13 @@ REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [
 _T0 = [time.monotonic()]
 
 
-def _mark(step: str) -> None:
-    """Seconds since the last mark, per step: diagnostics only (the parent never trusts them)."""
+def _mark(step: str, since: list[float] = _T0) -> None:
+    """Seconds since the last mark, per step: diagnostics only (the parent never trusts them).
+    Steps inside a call pass their own `since` and add up over the calls."""
     now = time.monotonic()
     steps = REPORT.setdefault("steps_s", {})
-    steps[step] = round(steps.get(step, 0.0) + now - _T0[0], 4)
-    _T0[0] = now
+    steps[step] = round(steps.get(step, 0.0) + now - since[0], 4)
+    since[0] = now
 
 
 class _State:
@@ -194,10 +196,13 @@ def _output_problems(outs: list[object], inputs: list[object], params: list[obje
 
 
 def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) -> None:
+    t = [time.monotonic()]
     inputs = [_to_device(x) for x in cpu_inputs]
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    _mark("call_inputs", t)
     if DEVICE == "cuda":
         _poison_cuda()
+    _mark("call_poison", t)
     threads0 = _threads()
     _State.launches, _State.violations, _State.side_stream = 0, [], 0
     rec: dict = {"index": index, "errors": []}
@@ -210,6 +215,7 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
     except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
         rec["errors"].append(["runtime", f"forward raised {type(exc).__name__}: {str(exc)[:300]}"])
         out = None
+    _mark("call_forward", t)
     rec["launches"], rec["aten_violations"] = _State.launches, sorted(set(_State.violations))[:20]
     if _State.side_stream:
         rec["errors"].append(["runtime", f"{_State.side_stream} Triton launches on a non-default "
@@ -234,6 +240,7 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
                      "inputs_after": inputs if call.get("save_inputs") else None},
                     f"call_{index}.pt")
     REPORT["calls"].append(rec)
+    _mark("call_checks", t)
 
 
 def _poison_cuda() -> None:
@@ -365,8 +372,7 @@ def main() -> None:
     if DEVICE == "cuda":
         from kz_timing import Timer
 
-        spec = JOB.get("timing") or {"flush_bytes": 1 << 20, "spacer_us": 0.0}
-        TIMER = Timer(spec["flush_bytes"], float(spec.get("spacer_us", 0.0)))
+        TIMER = Timer(JOB["timing"]["flush_bytes"]) if JOB.get("timing") else Timer(1 << 20)
     _install_launch_counter()
     _mark("setup")
     try:

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
-from services.verifier.timing import SPACER_US
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.2.0"  # 1.1: float64 reference accepted too; 1.2: timer spacer (times)
+VERIFIER_VERSION = "1.2.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU
 
 
 def _default_cache() -> str:
@@ -37,7 +36,6 @@ class VerifyOptions:
     n_timing_runs: int = 50  # median of this many (randomly up to +25%) runs
     warmup: int = 3
     flush_mb: int = 256  # L2 flush buffer (>= 2x L2)
-    timer_spacer_us: float = SPACER_US  # device spin before each timed run's start event
     sol_margin: float = 0.75  # reject times below margin * speed-of-light bound
     policy: str = DEFAULT_POLICY
     isolation: str = "auto"  # or a mode from sandbox.MODES

@@ -140,8 +140,7 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
            "hi_budget_s": options.reference_timeout_s / 4,
            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
-                      "flush_bytes": options.flush_mb << 20,
-                      "spacer_us": options.timer_spacer_us} if timing else None}
+                      "flush_bytes": options.flush_mb << 20} if timing else None}
     limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
                             options.memory_limit_mb << 20, options.nproc,
                             options.fsize_mb << 20, options.timing_timeout_s,

@@ -231,7 +231,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
     for k, v in META["shapes"][s]["overrides"].items():
         setattr(mod, k, v)
     baselines = _baselines(mod, s, models[s])
-    timer = Timer(spec["flush_bytes"], float(spec.get("spacer_us", 0.0)))
+    timer = Timer(spec["flush_bytes"])
     if not _gate("KZ-READY"):
         return
     out = {"shape_index": s, "files": [META["trials"][i]["file"] for i in trials],

@@ -25,12 +25,13 @@ import torch
 
 FLUSH_BYTES_DEFAULT = 256 << 20  # >= 2x the H200's 60 MB L2
 WARMUP_S = 0.05  # like do_bench's time-based warm-up: long enough for clocks to ramp
-# Device spin before `start`, to cover a Triton launch on a busy host: the H200 flywheel round
-# timed a 59 MB fp32 add at 0.104 ms (roofline 0.13) against 0.019 ms for torch's add, host
-# launch time inside the measured interval. The spin runs before `start` and touches no
-# memory, so it cannot change a kernel's device time, only hide a slow launch;
-# benchmarks/timer_spacer.py compares settings with do_bench (timer_spacer_notes.md).
-SPACER_US = 200.0
+# Device spin before `start` (benchmarks only: OFF in the verifier). Meant to hide a slow
+# host launch, it was measured on the H200 (2026-12-03, 200 us) and rejected: the spin
+# leaves the SMs idle next to it, so side-stream work launched by the candidate runs
+# during the spin, before `start`, and escapes both the timer and the side-stream check
+# (test_timer_counts_side_stream_work failed), and do_bench agreement got worse
+# (softmax 8192x2048 5.3% vs 2.6% without). See benchmarks/verifier_notes.md.
+SPACER_US = 0.0
 
 
 class Timer:

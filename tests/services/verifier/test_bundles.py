@@ -1,0 +1,85 @@
+"""The session's reference-bundle cache: built once per problem, ahead of the workers, and
+never evicted while a use announced by verify_many is still to come."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.verifier import core
+from services.verifier.core import Session, _Progress, _prefetch
+from services.verifier.reference import ReferenceBundle
+from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS
+
+
+def _bundle(tmp: Path, name: str) -> ReferenceBundle:
+    d = tmp / name
+    d.mkdir()
+    return ReferenceBundle(key=name, inputs_dir=d, meta={}, refs=[], hi_refs=[], inputs=[],
+                           tolerances={}, isolation="none")
+
+
+@pytest.fixture
+def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A real Session whose builds are recorded instead of run: this tests the cache policy
+    (which bundle is built when, which one may be dropped), not the reference worker."""
+    built: list[str] = []
+
+    def build(self: Session, problem_src: str) -> ReferenceBundle:
+        built.append(problem_src)
+        return _bundle(tmp_path, f"b{len(built)}")
+
+    monkeypatch.setattr(Session, "_build", build)
+    s = Session(replace(CPU_OPTIONS, warm_slots=0, tmp_dir=str(tmp_path)), max_bundles=1)
+    s.built = built  # type: ignore[attr-defined]
+    yield s
+    s.close()
+
+
+def test_announced_bundles_survive_eviction_until_done(session: Any) -> None:
+    session.expect(["A", "B"])
+    a, b = session.ensure("A"), session.ensure("B")
+    with session.bundle("C"):
+        pass  # over max_bundles=1: only C (not announced) may go
+    assert session.ensure("A") is a and session.ensure("B") is b
+    assert session.built == ["A", "B", "C"]
+    session.done_with("A")
+    assert not a.inputs_dir.exists() and b.inputs_dir.exists()  # A done, B still to come
+    session.done_with("B")
+    assert session.ensure("B") is b and len(session.built) == 3  # within max_bundles: kept
+
+
+def test_prefetch_builds_ahead_but_not_beyond_the_window(session: Any) -> None:
+    ok = (SOLUTIONS / "add_ok.py").read_text()
+    bad = "import os\n"  # fails the static check: its problem needs no bundle
+    items = [("P0", ok), ("P1", bad), ("P2", ok), ("P3", ok)]
+    session.expect(p for p, _ in items)
+    progress = _Progress()
+    t = threading.Thread(target=_prefetch, args=(session, items, progress, 2))
+    t.start()
+    progress.started(0)  # the window reaches item 2
+    deadline = threading.Event()
+    for _ in range(200):
+        if session.built == ["P0", "P2"]:
+            break
+        deadline.wait(0.01)
+    assert session.built == ["P0", "P2"]  # P1 skipped, P3 (item 3 > 0 + 2) not yet
+    progress.stop()
+    t.join(5)
+    assert not t.is_alive() and session.built == ["P0", "P2"]
+
+
+def test_progress_wait_returns_false_once_stopped() -> None:
+    p = _Progress()
+    p.started(3)
+    assert p.wait_for(1) and p.wait_for(3)
+    p.stop()
+    assert not p.wait_for(10)
+
+
+def test_verify_many_still_returns_one_verdict_per_pair_in_order() -> None:
+    assert core.verify_many([], CPU_OPTIONS, workers=2) == []
