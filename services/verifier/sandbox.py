@@ -160,12 +160,20 @@ def _rlimit_preexec(limits: Limits, device: str) -> Callable[[], None]:
 
 
 def _setpriv(uid: int) -> list[str]:
+    # --pdeathsig again after the drop: changing the uid clears the parent-death signal.
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
-            "--"]
+            *S.pdeathsig_args(), "--"]
 
 
 def _command(mode: str, view: M.View, argv: list[str], uid: int, cg: cgroups.Cgroup | None,
              base: Path, limits: Limits) -> list[str]:
+    """The launcher chain, first killed if the verifier dies (its parent: the spawner)."""
+    outer = ["setpriv", *S.pdeathsig_args(), "--"] if S.pdeathsig_args() else []
+    return outer + _chain(mode, view, argv, uid, cg, base, limits)
+
+
+def _chain(mode: str, view: M.View, argv: list[str], uid: int, cg: cgroups.Cgroup | None,
+           base: Path, limits: Limits) -> list[str]:
     join = "".join(f"echo $$ > {shlex.quote(p)}\n" for p in (cg.procs_files if cg else []))
     if mode == "rlimits":
         return _prlimit(limits, view.device) + argv
@@ -255,7 +263,7 @@ class Process:
         with open(self.err_path, "wb") as err:
             preexec = None if shutil.which("prlimit") else _rlimit_preexec(self.limits,
                                                                           self.view.device)
-            self.proc = subprocess.Popen(  # cwd: never the verifier's
+            self.proc = S.spawn(  # cwd: never the verifier's; forked by the spawner thread
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                 start_new_session=True, close_fds=True, cwd=self.view.work, pass_fds=(ctrl_w,),
                 preexec_fn=preexec)

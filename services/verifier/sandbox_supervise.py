@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import random
 import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
+from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # sandbox imports this module at run time
     from services.verifier.sandbox import Limits
@@ -261,3 +264,55 @@ def _proc_uid(pid: str) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+# ---------------------------------------------------------------------- dying with the verifier
+
+@lru_cache(maxsize=1)
+def pdeathsig_args() -> tuple[str, ...]:
+    """setpriv options that SIGKILL a process when its parent dies (util-linux >= 2.33).
+
+    Set on the sandbox's outermost process (its parent is the verifier) and again after
+    the uid drop (a credential change clears the parent-death signal): a verifier that is
+    SIGKILLed takes its candidates with it, instead of leaving a hanging one that holds
+    GPU memory until the next verifier reuses its uid."""
+    try:
+        out = subprocess.run(["setpriv", "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--pdeathsig", "KILL") if "--pdeathsig" in out.stdout else ()
+
+
+class _Spawner:
+    """Forks every sandbox process from one thread that lives as long as the verifier.
+
+    The kernel sends the parent-death signal when the THREAD that forked a child exits,
+    not the process: a slot started by a short-lived thread (a pool worker, a fill) would
+    be killed when that thread ends. This thread never ends before the process does."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[list[str], dict[str, Any], Future[subprocess.Popen]]] = \
+            queue.Queue()  # type: ignore[type-arg]
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, cmd: list[str], **kwargs: Any) -> subprocess.Popen:  # type: ignore[type-arg]
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="kz-sandbox-spawner",
+                                                daemon=True)
+                self._thread.start()
+        done: Future[subprocess.Popen] = Future()  # type: ignore[type-arg]
+        self._jobs.put((cmd, kwargs, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            cmd, kwargs, done = self._jobs.get()
+            try:
+                done.set_result(subprocess.Popen(cmd, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
+
+
+spawn = _Spawner().popen

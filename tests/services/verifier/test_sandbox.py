@@ -200,3 +200,49 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+_DYING_VERIFIER = """
+import sys, threading, time
+sys.path.insert(0, {repo!r})
+from services.verifier import sandbox
+from services.verifier import sandbox_mounts as M
+view = M.View({work!r}, {inputs!r}, {cache!r}, "cpu")
+lim = sandbox.Limits(wall_s=300, cpu_s=300, memory_bytes=4 << 30, nproc=64, fsize_bytes=1 << 20)
+procs = []
+# Started from a thread that ends at once: the candidate must outlive the thread...
+t = threading.Thread(target=lambda: procs.append(sandbox.Process(
+    {mode!r}, view, [sys.executable, "-I", "-c", "import time; time.sleep(300)"], {{}}, lim,
+    __import__("pathlib").Path({base!r}))))
+t.start(); t.join()
+print("UID", procs[0].uid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("mode", UID_MODES)
+def test_candidates_die_with_a_killed_verifier(mode: str, base: Path) -> None:
+    """...and die with the verifier process when that is SIGKILLed (no teardown runs)."""
+    if not sandbox.S.pdeathsig_args():
+        pytest.skip("setpriv without --pdeathsig on this host")
+    code = _DYING_VERIFIER.format(repo=str(REPO), work=str(base / "work"),
+                                  inputs=str(base / "inputs"), cache=str(base / "cache"),
+                                  mode=mode, base=str(base))
+    verifier = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        line = verifier.stdout.readline() if verifier.stdout else ""
+        assert line.startswith("UID"), line
+        uid = int(line.split()[1])
+        deadline = time.monotonic() + 10
+        while not sandbox.live_uid_processes(uid, uid + 1):
+            assert time.monotonic() < deadline, "the candidate never started"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert sandbox.live_uid_processes(uid, uid + 1), "killed when its starting thread ended"
+    finally:
+        verifier.kill()
+        verifier.wait()
+    deadline = time.monotonic() + 5
+    while sandbox.live_uid_processes(uid, uid + 1):
+        assert time.monotonic() < deadline, f"{mode}: the candidate outlived its verifier"
+        time.sleep(0.05)
