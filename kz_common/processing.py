@@ -4,6 +4,11 @@
 `ServiceCore`: it validates, deduplicates, calls the core, wraps payloads in
 envelopes and turns every failure into a dead letter. The Kafka adapter in
 `kz_common.runner` only moves bytes and commits offsets.
+
+Restart hooks a core may define besides those of `kz_common.core`:
+`observe_output(event)` is handed each of the service's own events that the
+warm-up scan finds on the log (decoded; a later rescan may repeat them), before
+the committed inputs are replayed through `observe`.
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ class BatchProcessor:
             return
         if producer != self.core.name:
             return
+        self._observe_output(value)
         if isinstance(causation, str):
             self.emitted.add(causation)
         elif doc.get("type") == "dead.letter":
@@ -113,6 +119,23 @@ class BatchProcessor:
                                          letter.get("offset")))
 
     # ------------------------------------------------------------------ internals
+
+    def _observe_output(self, value: bytes) -> None:
+        # A core may rebuild state from its own earlier outputs (`observe_output`): state whose
+        # inputs span partitions cannot be rebuilt from the replayed inputs, which the runner
+        # replays partition by partition, not in the order they were consumed (the curator's
+        # global window). Decoded only for such a core: the scan reads every output topic.
+        hook = getattr(self.core, "observe_output", None)
+        if hook is None:
+            return
+        try:
+            event = decode_event(value)
+        except SchemaError:
+            return  # not an event this service can have learnt anything from
+        try:
+            hook(event)
+        except Exception:  # a bug in a core's recovery must not keep the service from starting
+            log.exception("core %s failed to observe its output %s", self.core.name, event.event_id)
 
     def _handle(self, rec: InRecord, *, emit: bool) -> list[OutMessage]:
         coordinate = _coordinate(rec.topic, rec.partition, rec.offset)

@@ -6,10 +6,13 @@ offsets (manual ack). A crash between publish and commit redelivers the batch;
 the processor then recognises inputs whose outputs are already on the log.
 
 Restart and rebalance: the first time a partition reaches this process, the
-runner (1) scans the log for outputs this service already produced and (2)
-replays that partition's committed inputs through the core with outputs
-discarded, so stateful cores get their state back. Both scans are O(log); a
-snapshot store would bound them and is future work.
+runner (1) scans the log for outputs this service already produced (and hands
+them to a core that rebuilds state from them, `observe_output`) and (2) replays
+that partition's committed inputs through the core with outputs discarded, so
+stateful cores get their state back. Inputs replay partition by partition, not
+in the order they were consumed: state that spans partitions (the curator's
+window) has to come from the outputs. Both scans are O(log); a snapshot store
+would bound them and is future work.
 
 Metrics (`kz_common.metrics`) are recorded here, never in the processor: inputs and
 core time per record as they are processed, outputs once the broker acknowledged

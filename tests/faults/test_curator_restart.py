@@ -1,18 +1,18 @@
-"""A SIGKILLed curator whose window spans partitions: the restart must neither lose nor repeat
+"""A SIGKILLed curator whose window spans partitions: the restart neither loses nor repeats
 a curation decision. Deterministic, unlike the mid-stream kills of test_sigkill_samples.
 
-The curator's window is global, but after a restart the runner rebuilds it by replaying
-the committed verdicts partition by partition, not in the order they were consumed. Here
-(window of two, verdicts consumed one by one in the order a@p0, b@p1, c@p0, then a SIGKILL
-while the curator is idle, so everything is committed):
+The curator's window is global, but after a restart the runner replays the committed
+verdicts partition by partition, not in the order they were consumed. Here (window of
+two, verdicts consumed one by one in the order a@p0, b@p1, c@p0, then a SIGKILL while the
+curator is idle, so everything is committed) the live window {a, b} closes at b and c
+waits. Re-running the replayed verdicts in partition order (a, c, b) would close {a, c}
+instead: c "decided" with its outputs discarded, b put back in the window and decided a
+second time when d@p1 arrives, c never.
 
-- live: {a, b} closes at b (decisions a, b); c waits in the window;
-- replay: a, c close a window (c is "decided" with the outputs discarded), b stays open;
-- after the restart d@p1 closes {b, d}: b is decided a second time and c never is.
-
-The real curator service, real verdict events, a real SIGKILL. The test is marked xfail
-(strict): it documents the bug until the curator's recovery rebuilds the window faithfully,
-and fails as soon as it does, so the marker cannot outlive the fix.
+The curator rebuilds its state from its own decisions on the log instead (a and b are
+decided; c, with no decision, is the open window), so d closes {c, d}: every verdict is
+decided exactly once, c and d by the same close, as an uninterrupted curator would. The
+real curator service, real verdict events, a real SIGKILL.
 """
 
 from __future__ import annotations
@@ -48,8 +48,6 @@ def passing(i: int, partition: int) -> AnyEnvelope:
     return make_event(payload, producer=VERIFIER, correlation_id=cid)
 
 
-@pytest.mark.xfail(strict=True, reason="curator restart rebuilds its cross-partition window in "
-                   "partition order, not consumption order: a decision is lost and one repeated")
 def test_restarted_curator_decides_every_verdict_once(fault_settings: Settings, tmp_path: Path) -> None:
     s = fault_settings
     a, b, c, d = passing(0, 0), passing(1, 1), passing(2, 0), passing(3, 1)
@@ -73,6 +71,9 @@ def test_restarted_curator_decides_every_verdict_once(fault_settings: Settings, 
                  "four curation decisions")
         svc.check()
 
-    per_verdict = Counter(e["payload"]["verdict_event_id"] for e in events(s, "curated", "sample.curated"))
+    curated = events(s, "curated", "sample.curated")
+    per_verdict = Counter(e["payload"]["verdict_event_id"] for e in curated)
     assert per_verdict == Counter({v.event_id: 1 for v in (a, b, c, d)}), {
         name: per_verdict[v.event_id] for name, v in zip("abcd", (a, b, c, d), strict=True)}
+    closed_by = {e["payload"]["verdict_event_id"]: e["causation_id"] for e in curated}
+    assert [closed_by[v.event_id] for v in (a, b, c, d)] == [b.event_id, b.event_id, d.event_id, d.event_id]
