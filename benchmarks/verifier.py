@@ -170,7 +170,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s"),
                      "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start"),
                      "steps_s": r.details.get("steps_s"),
-                     "harness_steps_s": r.details.get("harness_steps_s")})
+                     "harness_steps_s": r.details.get("harness_steps_s"),
+                     "reference_steps_s": r.details.get("reference_steps_s")})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
@@ -185,6 +186,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "sum_steps_s": _sums([x["steps_s"] for x in rows]),
             # the harness's own clock inside the sandbox (import, compile, calls, saving)
             "median_harness_steps_s": _medians([x["harness_steps_s"] for x in rows]),
+            # the reference worker's own clock (startup is hidden when it was pre-started)
+            "median_reference_steps_s": _medians([x["reference_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
@@ -262,12 +265,15 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "steps": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_steps_s") or {}).items()),
             "harness": " ".join(f"{k}={t:.2f}"
                                 for k, t in (v.get("median_harness_steps_s") or {}).items()),
+            "reference": " ".join(f"{k}={t:.2f}"
+                                  for k, t in (v.get("median_reference_steps_s") or {}).items()),
             "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
-             "honest_passed", "cheats_rejected", "phases", "steps", "harness"]
+             "honest_passed", "cheats_rejected", "phases", "steps", "harness",
+             "reference"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,3 +37,6 @@ class ServiceCore(Protocol):
 #   stateful: bool = True   -- False skips replaying committed inputs on restart.
 #   def observe(self, event) -> None  -- rebuild state from an already-processed event
 #                                        without the work of `process` (used on replay).
+#   def observe_output(self, event) -> None  -- rebuild state from one of the core's own
+#                                        events found on the log at warm-up (before replay):
+#                                        decisions whose order replay cannot restore.

@@ -31,12 +31,17 @@ class Session:
     """Shared state of one verify/verify_many call: temp base, bundles, GPU lock."""
 
     def __init__(self, options: VerifyOptions, max_bundles: int = 8,
-                 warm_slots: int | None = None, demand: int | None = None) -> None:
+                 warm_slots: int | None = None, demand: int | None = None,
+                 problems: int | None = None) -> None:
         self.options = options
         self.mode = sandbox.choose_mode(options.isolation, options.device)
         self.base = W.make_base(options.tmp_dir)
         n = options.warm_slots if warm_slots is None else warm_slots
         self.slots = SlotPool(options, self.mode, self.base, n, demand)
+        # One reference worker kept warm too (unless warm slots are off); `problems` caps
+        # how many are ever started when the caller knows the number of distinct problems.
+        self.ref_slots = SlotPool(options, self.mode, self.base, int(options.warm_slots > 0),
+                                  problems, factory=self._new_ref_slot)
         self.max_bundles = max_bundles
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
         self._bundle_locks: dict[str, threading.Lock] = {}
@@ -45,8 +50,12 @@ class Session:
         self._guard = threading.Lock()
         self.gpu = perf.GpuLock(options.cache) if options.device == "cuda" else None
 
+    def _new_ref_slot(self) -> reference.RefSlot:
+        return reference.RefSlot(self.options, self.mode, self.base)
+
     def close(self) -> None:
         self.slots.close()
+        self.ref_slots.close()
         if not self.options.keep_artifacts:
             shutil.rmtree(self.base, ignore_errors=True)
 
@@ -107,7 +116,7 @@ class Session:
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
         try:
             b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
-                                measure_peak=need_peak, gates=self.gpu)
+                                measure_peak=need_peak, gates=self.gpu, slots=self.ref_slots)
         except ProblemError as exc:
             return exc
         if b.meta.get("peak"):
@@ -158,7 +167,10 @@ class Session:
                            details={"kernels": list(kernels), **out.details,
                                     "shapes": [s["overrides"] for s in bundle.meta["shapes"]],
                                     "trials": len(bundle.meta["trials"]),
-                                    "reference_isolation": bundle.isolation})
+                                    "reference_isolation": bundle.isolation,
+                                    # the reference worker's own clock: diagnostics only
+                                    "reference_steps_s": bundle.meta.get("steps_s"),
+                                    "reference_warm_start": bundle.meta.get("warm_start")})
         if o.device == "cuda" and not out.failures:
             self._performance(rep, out, bundle)
         if out.failures:
@@ -223,8 +235,10 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
     # As many pre-started sandboxes as workers (unless turned off): each worker's next
     # candidate finds its sandbox warm.
     warm = max(options.warm_slots, workers) if options.warm_slots else 0
-    session = Session(options, warm_slots=warm, demand=len(items))
+    problems = len({reference.problem_key(p, options) for p, _ in items})
+    session = Session(options, warm_slots=warm, demand=len(items), problems=problems)
     session.slots.fill()  # they warm up while the first reference bundle is built
+    session.ref_slots.fill()
     session.expect(p for p, _ in items)
     progress = _Progress()
     builder = threading.Thread(target=_prefetch, name="kz-bundle-prefetch", daemon=True,

@@ -22,7 +22,9 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
@@ -87,16 +89,20 @@ class SlotPool:
     """
 
     def __init__(self, options: VerifyOptions, mode: str, base: Path, size: int,
-                 demand: int | None = None) -> None:
+                 demand: int | None = None, factory: Callable[[], Any] | None = None) -> None:
         self.options, self.mode, self.base, self.size = options, mode, base, max(0, size)
         self.demand = demand
+        # Anything with .process (a sandbox.Process) and .close(): the reference bundles
+        # keep their pre-started workers here too (reference.RefSlot); stubs are harvested
+        # from candidate Slots only.
+        self.factory = factory
         self._started = 0
         self.stubs = Path(options.cache) / "stubs" / options.device
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    def take(self) -> Slot:
+    def take(self) -> Any:
         slot = None
         while slot is None:
             with self._lock:
@@ -133,12 +139,14 @@ class SlotPool:
         for slot in idle:
             slot.close()
 
-    def _new(self) -> Slot:
+    def _new(self) -> Any:
+        if self.factory is not None:
+            return self.factory()
         return Slot(self.options, self.mode, self.base, self.stubs)
 
-    def _harvest_stubs(self, slot: Slot) -> None:
+    def _harvest_stubs(self, slot: Any) -> None:
         """Keep a warm slot's driver build (trusted: no job was sent yet) as the stubs."""
-        if self.stubs.exists() or not slot.process.warm:
+        if not isinstance(slot, Slot) or self.stubs.exists() or not slot.process.warm:
             return
         tmp = self.stubs.with_name(f".{self.stubs.name}-{os.getpid()}-{id(slot)}")
         try:

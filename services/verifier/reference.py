@@ -23,6 +23,7 @@ from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError
 from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
+from services.verifier.pool import SlotPool
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -110,26 +111,69 @@ def _seed() -> int:
     return int.from_bytes(os.urandom(8), "little") >> 2  # fresh and unpredictable per trial
 
 
+class RefSlot:
+    """A reference worker started ahead of its problem (torch imported, CUDA context made:
+    3-5 s on the H200 host), in its own private dirs; it serves ONE problem."""
+
+    def __init__(self, options: VerifyOptions, mode: str, base: Path) -> None:
+        # A private copy of the shared cache: the sandbox uid never needs a path into
+        # options.cache (which may sit in a dir it cannot traverse), and concurrent builds
+        # never re-own one shared dir under each other.
+        self.work, self.cache = W.new_dir(base, "ref"), W.new_dir(base, "refcache")
+        self.shared = Path(options.cache) / "reference"
+        if self.shared.is_dir():
+            W.copy_tree(self.shared, self.cache)
+        self.empty = W.new_dir(base, "noinputs")
+        W.populate(self.work, {"reference_worker.py": W.PKG / "reference_worker.py",
+                               "kz_numerics.py": W.PKG / "numerics.py",
+                               "kz_timing.py": W.PKG / "timing.py"})
+        view = M.View(str(self.work), str(self.empty), str(self.cache), options.device)
+        self.inside = sandbox.inside_view(mode, view)
+        limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
+                                options.memory_limit_mb << 20, options.nproc,
+                                options.fsize_mb << 20, options.timing_timeout_s,
+                                options.reference_timeout_s)  # trials run under the shared lock
+        argv = [sys.executable, "-I", "-B", "-u", f"{self.inside.work}/reference_worker.py"]
+        env = W.env_for(options.device, self.inside, interpret=False)
+        try:
+            self.process = sandbox.Process(mode, view, argv, env, limits, base)
+        except BaseException:
+            self.close()
+            raise
+
+    def load(self, problem_src: str) -> None:
+        (self.work / "problem.py").write_text(problem_src)
+        self.process.own()
+
+    def close(self, keep: bool = False) -> None:
+        if hasattr(self, "process"):
+            self.process.discard()
+        shutil.rmtree(self.cache, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+            shutil.rmtree(self.empty, ignore_errors=True)
+
+
 def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
-          timing: bool, measure_peak: bool, gates: sandbox.Gates | None) -> ReferenceBundle:
-    """Run the reference worker for `problem_src`; raise ProblemError if it is unusable."""
+          timing: bool, measure_peak: bool, gates: sandbox.Gates | None,
+          slots: SlotPool | None = None) -> ReferenceBundle:
+    """Run the reference worker for `problem_src` (a pre-started one from `slots`, else a
+    fresh one); raise ProblemError if it is unusable."""
     meta_lit = literal_meta(problem_src)
     family = meta_lit.get("family") if isinstance(meta_lit.get("family"), str) else None
     tols = tolerance_table(family)
-    # A private copy of the shared cache: the sandbox uid never needs a path into
-    # options.cache (which may sit in a dir it cannot traverse), and concurrent builds
-    # never re-own one shared dir under each other.
-    work, cache = W.new_dir(base, "ref"), W.new_dir(base, "refcache")
-    shared = Path(options.cache) / "reference"
-    if shared.is_dir():
-        W.copy_tree(shared, cache)
-    empty = W.new_dir(base, "noinputs")
-    W.populate(work, {"reference_worker.py": W.PKG / "reference_worker.py",
-                      "kz_numerics.py": W.PKG / "numerics.py", "kz_timing.py": W.PKG / "timing.py",
-                      "problem.py": problem_src})
-    view = M.View(str(work), str(empty), str(cache), options.device)
-    inside = sandbox.inside_view(mode, view)
-    job = {"device": options.device, "work": inside.work, "nonce": uuid.uuid4().hex,
+    slot = slots.take() if slots else RefSlot(options, mode, base)
+    try:
+        slot.load(problem_src)
+        return _run(slot, options, base, timing, measure_peak, gates, tols, family, meta_lit)
+    finally:
+        slot.close(keep=options.keep_artifacts)
+
+
+def _run(slot: RefSlot, options: VerifyOptions, base: Path, timing: bool,
+         measure_peak: bool, gates: sandbox.Gates | None, tols: dict[str, Tol],
+         family: str | None, meta_lit: dict) -> ReferenceBundle:
+    job = {"device": options.device, "work": slot.inside.work, "nonce": uuid.uuid4().hex,
            "gated": gates is not None,
            "trials": options.trials, "max_shapes": options.max_shapes,
            "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
@@ -141,22 +185,9 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
                       "flush_bytes": options.flush_mb << 20} if timing else None}
-    limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
-                            options.memory_limit_mb << 20, options.nproc,
-                            options.fsize_mb << 20, options.timing_timeout_s,
-                            options.reference_timeout_s)  # trials run under the shared lock
-    argv = [sys.executable, "-I", "-B", "-u", f"{inside.work}/reference_worker.py"]
-    env = W.env_for(options.device, inside, interpret=False)
-    res = sandbox.run(mode, view, argv, env, limits, (json.dumps(job) + "\n").encode(), base,
-                      gates=gates)
-    try:
-        W.copy_tree(cache, shared)
-        return _collect(work, job, res, tols, family, meta_lit, base, options)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-        if not options.keep_artifacts:
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.rmtree(empty, ignore_errors=True)
+    res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
+    W.copy_tree(slot.cache, slot.shared)
+    return _collect(slot.work, job, res, tols, family, meta_lit, base, options)
 
 
 def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol],
@@ -188,6 +219,7 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
         shutil.move(str(f), inputs_dir / f.name)
     W.make_readable(inputs_dir)
     m = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta_lit
+    meta["warm_start"] = res.warm_start  # the parent's own observation, not the worker's
     return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs,
                            hi_refs=hi_refs, inputs=inputs,
                            tolerances=tols, isolation=res.isolation, family=family,

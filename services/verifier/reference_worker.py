@@ -21,11 +21,20 @@ import traceback
 
 # Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
 _CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
-JOB = json.loads(sys.stdin.readline())
-sys.path.insert(0, JOB["work"])
+_T0 = time.monotonic()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_numerics, kz_timing
 
+# Start-up before the job, so the parent can start this process before it has a problem
+# (services/verifier/reference.py keeps one warm): torch, and on a GPU host the CUDA context.
 import torch  # noqa: E402
 from kz_numerics import Tol, accurate_reference, trivial_matches  # noqa: E402
+
+if torch.cuda.is_available():
+    torch.empty(1, device="cuda")
+_CTRL.write("KZ-WARM\n")
+_STARTUP_S = time.monotonic() - _T0
+JOB = json.loads(sys.stdin.readline())
+_T0 = time.monotonic()
 
 DEVICE = JOB["device"]
 META: dict = {"nonce": JOB["nonce"], "shapes": [], "trials": [], "errors": [],
@@ -292,8 +301,12 @@ def main() -> None:
         del hi
     META["hi_ref_notes"] = sorted(_HI["notes"])
     META["hi_ref_s"] = round(_HI["spent_s"], 4)
+    META["steps_s"] = {"startup": round(_STARTUP_S, 3),
+                       "trials": round(time.monotonic() - _T0, 3)}  # diagnostics only
     if JOB.get("timing"):
+        t = time.monotonic()
         _timing(mod, models)
+        META["steps_s"]["timing"] = round(time.monotonic() - t, 3)
 
 
 if __name__ == "__main__":

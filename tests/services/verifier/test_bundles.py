@@ -83,3 +83,24 @@ def test_progress_wait_returns_false_once_stopped() -> None:
 
 def test_verify_many_still_returns_one_verdict_per_pair_in_order() -> None:
     assert core.verify_many([], CPU_OPTIONS, workers=2) == []
+
+
+def test_reference_worker_is_started_before_its_problem_arrives() -> None:
+    """A pre-started reference worker (torch imported while idle) builds the next bundle."""
+    import time
+
+    from tests.services.verifier.conftest import problem_src
+
+    s = Session(replace(CPU_OPTIONS, warm_slots=1))
+    try:
+        s.ref_slots.fill()
+        deadline = time.monotonic() + 120
+        while not all(slot.process.warm for slot in s.ref_slots._idle):
+            assert time.monotonic() < deadline, "the reference worker never warmed up"
+            time.sleep(0.1)
+        r = s.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+        assert r.passed, r.reasons
+        assert r.details["reference_warm_start"] is True
+        assert r.details["reference_steps_s"]["startup"] > 0
+    finally:
+        s.close()
