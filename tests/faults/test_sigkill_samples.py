@@ -13,13 +13,12 @@ Afterwards:
   the verdict log;
 - every malformed record is dead-lettered by each consumer of its topic.
 
-Order across partitions: a restarted stateful service rebuilds its state by replaying
-its committed inputs partition by partition, not in the order it consumed them, so
-state that mixes partitions comes back different (test_curator_restart shows the
-curator losing and repeating decisions that way). This test keeps clear of that known
-bug so that it checks everything else: each curriculum family's verdicts sit on one
-partition, and the curator's window is one verdict with a training request per kept
-sample (both then depend on per-partition order only, the same live and on replay).
+Order across partitions: a restarted stateful service replays its committed inputs
+partition by partition, not in the order it consumed them. The curator no longer depends
+on that order (it rebuilds its decisions from its own outputs: test_curator_restart), but
+the curriculum still rebuilds from the replay alone, so each curriculum family's verdicts
+sit on one partition here; the curator's window is one verdict with a training request
+per kept sample, which keeps the expected decisions computable per partition.
 """
 
 from __future__ import annotations
