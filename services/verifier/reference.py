@@ -24,6 +24,7 @@ from services.verifier.exceptions import ProblemError
 from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
 from services.verifier.pool import SlotPool
+from services.verifier.static_check import parse
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -77,7 +78,7 @@ def problem_key(problem_src: str, options: VerifyOptions) -> str:
 def literal_meta(problem_src: str) -> dict[str, Any]:
     """KZ_META read statically (problems are trusted but must parse); {} when absent."""
     try:
-        tree = ast.parse(problem_src)
+        tree = parse(problem_src)
     except SyntaxError as exc:
         raise ProblemError(f"problem source does not parse: line {exc.lineno}: {exc.msg}") from exc
     names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets

@@ -283,7 +283,8 @@ class Process:
         clock: dict[str, float] = {}
         try:
             S.send(self.proc, stdin_data)
-            timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock)
+            timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
+                                     uid if uid >= S.UID_BASE else None)
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
         except subprocess.TimeoutExpired:

@@ -16,7 +16,8 @@ import subprocess
 import threading
 import time
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -95,9 +96,11 @@ class Gates(Protocol):
 
 
 def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
-           limits: Limits, clock: dict[str, float] | None = None) -> bool:
+           limits: Limits, clock: dict[str, float] | None = None,
+           uid: int | None = None) -> bool:
     """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
-    the seconds spent in each phase (to see where a candidate's wall time goes)."""
+    the seconds spent in each phase (to see where a candidate's wall time goes). `uid`:
+    the child's sandbox uid, the one left running while every other sandbox is paused."""
     t = clock if clock is not None else {}
     mark = time.monotonic()
 
@@ -120,7 +123,7 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
                 return False
             lap("shared")  # compile + correctness trials
     if ctrl.ready.is_set() and proc.poll() is None:
-        with gates.exclusive():
+        with gates.exclusive(), others_paused(uid):
             lap("exclusive_wait")
             renice(proc, TIMING_NICE)
             send(proc, b"GO\n")
@@ -130,6 +133,41 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
                 renice(proc, 0)
                 lap("exclusive")  # timed runs
     return True
+
+
+@contextmanager
+def others_paused(own_uid: int | None) -> Iterator[None]:
+    """SIGSTOP every other sandbox on the host (the shared uid range) while one is timed.
+
+    The exclusive lock keeps other candidates' correctness kernels off the GPU, but not
+    their CPU work (imports, gcc, tensor I/O) nor their compile warm-up kernels, which
+    run outside the lock: on the H200 with 12 workers the within-run spread of short
+    kernels was 30-280% in batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s
+    of a timed phase, they lose only that time (their wall clocks are generous). Without
+    a sandbox uid (rlimits-only mode) nothing is paused."""
+    if own_uid is None:
+        yield
+        return
+    stopped: list[int] = []
+    try:
+        for _ in range(5):  # again until a pass finds nobody new (children forked meanwhile)
+            new = [pid for pid in live_uid_processes(UID_BASE, UID_BASE + UID_RANGE)
+                   if pid not in stopped and _proc_uid(str(pid)) != own_uid]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        yield
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def renice(proc: subprocess.Popen, nice: int) -> None:  # type: ignore[type-arg]

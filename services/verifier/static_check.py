@@ -11,6 +11,7 @@ that would let a candidate tamper with the harness.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -44,12 +45,23 @@ class StaticResult:
     kernels: tuple[str, ...] = ()
 
 
+_PARSE = threading.Lock()
+
+
+def parse(src: str) -> ast.Module:
+    """ast.parse, one thread at a time: CPython 3.11 can fail concurrent parses with a
+    spurious "SystemError: AST constructor recursion depth mismatch" (cpython gh-106905;
+    seen here when the bundle prefetcher and the workers checked sources at once)."""
+    with _PARSE:
+        return ast.parse(src)
+
+
 def check_solution(src: str, policy: str = P.DEFAULT_POLICY) -> StaticResult:
     """Check a solution's source against `policy`; never raises on bad input."""
     if policy not in P.POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {P.POLICIES}")
     try:
-        tree = ast.parse(src)
+        tree = parse(src)
     except SyntaxError as exc:
         return StaticResult(False, [f"line {exc.lineno}: syntax error: {exc.msg}"])
     except (ValueError, RecursionError, MemoryError) as exc:

@@ -246,3 +246,51 @@ def test_candidates_die_with_a_killed_verifier(mode: str, base: Path) -> None:
     while sandbox.live_uid_processes(uid, uid + 1):
         assert time.monotonic() < deadline, f"{mode}: the candidate outlived its verifier"
         time.sleep(0.05)
+
+
+def _states(uid: int) -> set[str]:
+    out = set()
+    for pid in sandbox.live_uid_processes(uid, uid + 1):
+        try:
+            out.add(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("mode", UID_MODES[:1])
+def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, base: Path) -> None:
+    """The timing phase stops every other sandbox process (no CPU or GPU work of theirs
+    lands inside a measurement) and resumes them after, also when the phase fails."""
+    lim = sandbox.Limits(wall_s=60, cpu_s=60, memory_bytes=4 << 30, nproc=64,
+                         fsize_bytes=1 << 20)
+    spin = [sys.executable, "-I", "-c", "while True: pass"]
+
+    def start(name: str) -> sandbox.Process:  # own dirs: a slot's dirs belong to its uid
+        for d in ("work", "inputs", "cache"):
+            (base / name / d).mkdir(parents=True)
+        os.chmod(base / name, 0o711)
+        view = M.View(*(str(base / name / d) for d in ("work", "inputs", "cache")), "cpu")
+        return sandbox.Process(mode, view, spin, {}, lim, base)
+
+    timed, other = start("a"), start("b")
+    try:
+        deadline = time.monotonic() + 20
+        while not (sandbox.live_uid_processes(timed.uid, timed.uid + 1)
+                   and sandbox.live_uid_processes(other.uid, other.uid + 1)):
+            assert time.monotonic() < deadline, "sandboxes did not start"
+            time.sleep(0.05)
+        with pytest.raises(RuntimeError), sandbox.S.others_paused(timed.uid):
+            stop_by = time.monotonic() + 2  # SIGSTOP lands when the target is next scheduled
+            while _states(other.uid) != {"T"}:
+                assert time.monotonic() < stop_by, f"not stopped: {_states(other.uid)}"
+                time.sleep(0.01)
+            assert "T" not in _states(timed.uid)
+            raise RuntimeError("a failing timed phase")
+        go_by = time.monotonic() + 2
+        while "T" in _states(other.uid):  # resumed after the failure too
+            assert time.monotonic() < go_by, "the other sandbox was left stopped"
+            time.sleep(0.01)
+    finally:
+        timed.discard()
+        other.discard()
