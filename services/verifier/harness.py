@@ -26,6 +26,9 @@ _CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_timing
+from kz_checks import flatten, output_problems, unchanged  # noqa: E402 - before the candidate
+
 
 class _PassThrough(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -165,46 +168,6 @@ def _to_device(x: object) -> object:
     return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().reshape(-1).contiguous().view(torch.uint8) if t.numel() else t
-
-
-def _unchanged(a: object, b: object) -> bool:
-    if isinstance(a, torch.Tensor):
-        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
-                and _equal(_bits(a), _bits(b)))
-    return a == b
-
-
-def _flatten(out: object) -> list[object] | None:
-    if type(out) is torch.Tensor:
-        return [out]
-    if type(out) in (tuple, list):
-        return list(out)
-    return None
-
-
-def _storage_span(t: torch.Tensor) -> tuple[int, int]:
-    st = t.untyped_storage()
-    return st.data_ptr(), st.data_ptr() + st.nbytes()
-
-
-def _output_problems(outs: list[object], inputs: list[object], params: list[object]) -> list[str]:
-    bad = []
-    for i, o in enumerate(outs):
-        if type(o) is not torch.Tensor:
-            bad.append(f"output {i} is {type(o).__name__}, not a plain torch.Tensor")
-            continue
-        lo, hi = _storage_span(o)
-        for j, x in enumerate(inputs + params):
-            if isinstance(x, torch.Tensor) and x.numel() and o.numel():
-                xlo, xhi = _storage_span(x)
-                if lo < xhi and xlo < hi:
-                    what = f"input {j}" if j < len(inputs) else "a model parameter"
-                    bad.append(f"output {i} aliases {what} (shared storage)")
-    return bad
-
-
 def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) -> None:
     t = [time.monotonic()]
     inputs = [_to_device(x) for x in cpu_inputs]
@@ -233,15 +196,15 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
     if _threads() != threads0:
         rec["errors"].append(["runtime", "forward started threads (thread compute outside the "
                                           "traced thread)"])
-    changed = [i for i, (a, b) in enumerate(zip(inputs, before)) if not _unchanged(a, b)]
+    changed = [i for i, (a, b) in enumerate(zip(inputs, before)) if not unchanged(a, b)]
     if changed:
         rec["errors"].append(["runtime", f"forward modified its inputs {changed} (input mutation)"])
-    outs = _flatten(out) if out is not None else None
+    outs = flatten(out) if out is not None else None
     if out is not None and outs is None:
         rec["errors"].append(["output", f"forward returned {type(out).__name__}, "
                                         "expected tensor(s)"])
     if outs is not None:
-        rec["errors"].extend(["output", p] for p in _output_problems(outs, inputs,
+        rec["errors"].extend(["output", p] for p in output_problems(outs, inputs,
                                                                      list(model.parameters())))
         tensors = [o if type(o) is torch.Tensor else None for o in outs]
         # Inputs travel back (for the parent's own mutation/alias checks) on the first call
@@ -309,7 +272,7 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
         REPORT["errors"].append(["timing", "no Triton launch during the timed runs"])
     REPORT["timing"] = stats
     for k, out in enumerate(last):
-        outs = _flatten(out)
+        outs = flatten(out)
         tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
         _save_later({"outputs": tensors, "inputs_after": None}, f"timed_{k}.pt")
 

@@ -24,7 +24,7 @@ from services.verifier.exceptions import ProblemError
 from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
 from services.verifier.pool import SlotPool
-from services.verifier.static_check import parse
+from services.verifier.static_scope import parse
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

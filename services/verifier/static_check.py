@@ -11,13 +11,12 @@ that would let a candidate tamper with the harness.
 from __future__ import annotations
 
 import ast
-import threading
 from dataclasses import dataclass, field
 
 import torch
 
 from services.verifier import policy as P
-from services.verifier.static_scope import TensorScope, collect_self_tensor_attrs
+from services.verifier.static_scope import TensorScope, collect_self_tensor_attrs, parse
 
 TENSOR_METHOD_NAMES = frozenset(n for n in dir(torch.Tensor) if not n.startswith("_"))
 COMPUTE_METHODS = TENSOR_METHOD_NAMES - P.ALLOWED_TENSOR_METHODS
@@ -43,17 +42,6 @@ class StaticResult:
     ok: bool
     reasons: list[str] = field(default_factory=list)
     kernels: tuple[str, ...] = ()
-
-
-_PARSE = threading.Lock()
-
-
-def parse(src: str) -> ast.Module:
-    """ast.parse, one thread at a time: CPython 3.11 can fail concurrent parses with a
-    spurious "SystemError: AST constructor recursion depth mismatch" (cpython gh-106905;
-    seen here when the bundle prefetcher and the workers checked sources at once)."""
-    with _PARSE:
-        return ast.parse(src)
 
 
 def check_solution(src: str, policy: str = P.DEFAULT_POLICY) -> StaticResult:

@@ -9,6 +9,7 @@ so `n * 2` on a grid size is never a false rejection.
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -123,3 +124,14 @@ def collect_self_tensor_attrs(tree: ast.Module, resolve: Resolver) -> set[str]:
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             out.add(node.args[0].value)
     return out
+
+
+_PARSE = threading.Lock()
+
+
+def parse(src: str) -> ast.Module:
+    """ast.parse, one thread at a time: CPython 3.11 can fail concurrent parses with a
+    spurious "SystemError: AST constructor recursion depth mismatch" (cpython gh-106905;
+    seen here when the bundle prefetcher and the workers checked sources at once)."""
+    with _PARSE:
+        return ast.parse(src)
