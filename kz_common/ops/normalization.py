@@ -26,17 +26,21 @@ LAYERNORM = OpSpec(
     description="layer norm over the last dim with weight and bias inputs, eps=1e-5, biased variance",
     reference_source='''\
 class Model(nn.Module):
-    """Naive reference: mean and (biased) variance as explicit ops."""
+    """Naive reference: mean and (biased) variance as explicit ops, in at least fp32 (a
+    bf16 mean/variance is off the exact result by more than the bf16 tolerance)."""
 
     def __init__(self, eps: float = 1e-5):
         super().__init__()
         self.eps = eps
 
     def forward(self, x, weight, bias):
-        mean = torch.mean(x, dim=-1, keepdim=True)
-        centered = x - mean
+        acc = torch.promote_types(x.dtype, torch.float32)  # float64 stays float64
+        xf = x.to(acc)
+        mean = torch.mean(xf, dim=-1, keepdim=True)
+        centered = xf - mean
         var = torch.mean(centered * centered, dim=-1, keepdim=True)
-        return centered / torch.sqrt(var + self.eps) * weight + bias
+        out = centered / torch.sqrt(var + self.eps) * weight.to(acc) + bias.to(acc)
+        return out.to(x.dtype)
 ''',
     baseline_source='''\
 class ModelOpt(nn.Module):
@@ -73,15 +77,17 @@ RMSNORM = OpSpec(
     description="RMS norm over the last dim with a weight input: x * rsqrt(mean(x^2) + eps) * w, eps=1e-6",
     reference_source='''\
 class Model(nn.Module):
-    """Naive reference: mean of squares and rsqrt as explicit ops."""
+    """Naive reference: mean of squares and rsqrt as explicit ops, in at least fp32."""
 
     def __init__(self, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
 
     def forward(self, x, weight):
-        mean_sq = torch.mean(x * x, dim=-1, keepdim=True)
-        return x * torch.rsqrt(mean_sq + self.eps) * weight
+        acc = torch.promote_types(x.dtype, torch.float32)  # float64 stays float64
+        xf = x.to(acc)
+        mean_sq = torch.mean(xf * xf, dim=-1, keepdim=True)
+        return (xf * torch.rsqrt(mean_sq + self.eps) * weight.to(acc)).to(x.dtype)
 ''',
     baseline_source='''\
 class ModelOpt(nn.Module):
