@@ -254,8 +254,10 @@ def _digest(t: torch.Tensor) -> str:
     """Fingerprint of a (CPU) output, only to NAME a memoised output whose numerics already
     failed: a collision can mislabel a rejection, never pass anything. CRC32 over the buffer
     costs a third of SHA-256 plus its copy, and runs for every call of every candidate."""
-    raw = t.detach().reshape(-1).contiguous().view(torch.uint8) if t.numel() else t
-    return f"{zlib.crc32(raw.numpy()):08x}{t.dtype}{tuple(t.shape)}"
+    if not t.numel():  # (numpy has no bfloat16: an empty one has nothing to hash anyway)
+        return f"empty{t.dtype}{tuple(t.shape)}"
+    raw = t.detach().reshape(-1).contiguous().view(torch.uint8)
+    return f"{zlib.crc32(raw.numpy().data):08x}{t.dtype}{tuple(t.shape)}"
 
 
 def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:
@@ -307,7 +309,8 @@ def _check_timing(o: Outcome, timed: list[Any], report: dict[str, Any],
                   bundle: ReferenceBundle, device: str) -> None:
     stats = report.get("timing")
     med = stats.get("median_ms") if isinstance(stats, dict) else None
-    if not isinstance(med, (int, float)) or not math.isfinite(med) or med <= 0:
+    if (not isinstance(stats, dict) or not isinstance(med, (int, float))
+            or not math.isfinite(med) or med <= 0):
         o.fail("timing", "no valid timing result from the timed runs")
         return
     o.timing = {k: v for k, v in stats.items() if isinstance(v, (int, float, bool))}

@@ -83,3 +83,15 @@ def test_references_on_the_parent_cpu_are_the_bundle_itself() -> None:
                         isolation="none")
     refs, his = b.refs_on("cpu", 0)
     assert refs is r[0] and his == [None]
+
+
+def test_output_fingerprints_cover_empty_and_bfloat16_outputs() -> None:
+    """The memoisation fingerprint never fails on what a candidate may return (numpy has
+    no bfloat16; an empty tensor has no bytes) and tells different outputs apart."""
+    import torch
+
+    from services.verifier.candidate import _digest
+
+    a, b = torch.ones(3, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.bfloat16)
+    assert _digest(a) == _digest(a.clone()) != _digest(b)
+    assert _digest(torch.empty(0, 4, dtype=torch.bfloat16)) != _digest(torch.empty(0, 5))
