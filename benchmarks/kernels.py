@@ -13,12 +13,9 @@ Usage (GPU only): python benchmarks/kernels.py --out DIR
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import tempfile
 import json
 import platform
 import sys
-import types  # noqa: F401
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,17 +42,6 @@ CASES = [  # op, dtype, shape
 COMPUTE_BOUND = {"matmul", "attention"}
 
 
-def _module(name: str, source: str) -> types.ModuleType:
-    """Import trusted source (our catalogue and kernels) from a real file: @triton.jit reads it."""
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def peaks(torch, do_bench) -> dict[str, float]:  # type: ignore[no-untyped-def]
     n = 1 << 30  # 2 GiB fp16 source
     src = torch.randn(n, device="cuda", dtype=torch.float16)
@@ -70,15 +56,15 @@ def peaks(torch, do_bench) -> dict[str, float]:  # type: ignore[no-untyped-def]
 
 
 def run_case(torch, do_bench, op: str, dtype: str, shape: dict[str, int], peak: dict[str, float]) -> dict:  # type: ignore[no-untyped-def]
-    from kz_common.kernels import reference_solution
+    from kz_common.kernels import import_source, reference_solution
     from kz_common.ops import get_op, render_problem
 
     spec = get_op(op)
     rng = {d: (v, v) for d, v in shape.items()}
-    problem = _module(f"problem_{op}", render_problem(op, dtype, rng, shapes=[shape], device="cuda"))
+    problem = import_source(f"problem_{op}", render_problem(op, dtype, rng, shapes=[shape], device="cuda"))
     for d, v in shape.items():
         setattr(problem, d, v)
-    solution = _module(f"solution_{op}", reference_solution(op))
+    solution = import_source(f"solution_{op}", reference_solution(op))
     torch.manual_seed(0)
     inputs = problem.get_inputs()
     init = problem.get_init_inputs()

@@ -11,13 +11,11 @@ import torch and compile). Writes DIR/timer_spacer.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import multiprocessing as mp
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +30,9 @@ def _spin() -> None:
 
 
 def _cases() -> list[tuple[str, Any]]:
-    from kz_common.kernels import reference_solution
+    from kz_common.kernels import import_source, reference_solution
 
-    # Triton's @jit reads its kernel's source from a file: import it from one (trusted code).
-    path = Path(tempfile.mkdtemp(prefix="kz-spacer-")) / "add_ref.py"
-    path.write_text(reference_solution("add"))
-    spec = importlib.util.spec_from_file_location("add_ref", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    add = mod.ModelNew()
+    add = import_source("add_ref", reference_solution("add")).ModelNew()
     small = [torch.randn(4731, 1037, device="cuda") for _ in range(2)]  # 59 MB moved: ~14 us
     big = [torch.randn(1 << 24, device="cuda") for _ in range(2)]  # 201 MB: ~47 us
     return [("add_4731x1037_fp32", lambda: add(*small)), ("add_16M_fp32", lambda: add(*big))]

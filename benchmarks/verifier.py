@@ -14,7 +14,6 @@ DIR/verifier_bench.json and prints a table. Measures:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -209,6 +208,7 @@ def timer_agreement() -> list[dict[str, Any]]:
     """Our Timer vs triton.testing.do_bench (median) on honest kernels, plus spread."""
     import triton.testing
 
+    from kz_common.kernels import import_source
     from services.verifier.timing import Timer
 
     out = []
@@ -219,7 +219,7 @@ def timer_agreement() -> list[dict[str, Any]]:
              ("softmax_65536x1024_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=4),
               lambda: [torch.randn(65536, 1024, device="cuda", dtype=torch.float16)])]
     for name, src, make in cases:
-        model = _module_from_source(src, name).ModelNew()
+        model = import_source(name, src).ModelNew()
         x = make()
         fn = lambda: model(*x)  # noqa: E731
         medians = [Timer().time([fn], warmup=5, runs=100)["median_ms"] for _ in range(5)]
@@ -233,16 +233,6 @@ def timer_agreement() -> list[dict[str, Any]]:
                     "run_to_run_spread": (max(medians) - min(medians)) / ours,
                     "medians_ms": medians})
     return out
-
-
-def _module_from_source(src: str, name: str) -> Any:
-    path = Path(tempfile.mkdtemp(prefix="kzbench-")) / f"{name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:

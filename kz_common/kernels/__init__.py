@@ -10,7 +10,11 @@ TRITON_INTERPRET when a module is imported); consumers get source text and exec 
 
 from __future__ import annotations
 
+import importlib.util
+import tempfile
+import types
 from importlib import resources
+from pathlib import Path
 
 _PACKAGE = __name__
 
@@ -22,6 +26,19 @@ def available_ops() -> list[str]:
         for entry in resources.files(_PACKAGE).iterdir()
         if entry.name.endswith(".py") and not entry.name.startswith("_")
     )
+
+
+def import_source(name: str, source: str) -> types.ModuleType:
+    """Import TRUSTED source (a reference solution, a rendered problem, a benchmark's kernel)
+    from a real file: @triton.jit reads its kernel's source from the file it was defined in.
+    Never for candidates: those run only in the verifier's sandbox."""
+    path = Path(tempfile.mkdtemp(prefix="kz-src-")) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def reference_solution(op: str) -> str:
