@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import types
+from collections.abc import Iterable
 
 import torch
 
@@ -39,3 +41,26 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, what: str 
     if ref_norm > 0:
         rel = (o - r).norm().item() / ref_norm
         assert rel <= tol.rel_norm, f"{what}: rel error norm {rel:.3g} > {tol.rel_norm}"
+
+
+def check_model_at_scales(problem: types.ModuleType, family: str, shapes: list[dict[str, int]],
+                          scales: Iterable[int], seeds: Iterable[int], label: str) -> None:
+    """The problem's Model against its own float64 run, and ModelOpt against Model, with every
+    input scaled by 2^exp as the verifier's reference worker scales its trials."""
+    from kz_common.ops.tolerances import tolerance_for
+
+    model, opt = problem.Model(), problem.ModelOpt()
+    hi = copy.deepcopy(model).to(torch.float64)
+    tol = tolerance_for(problem.KZ_DTYPE, family)
+    for shape in shapes:
+        for exp in scales:
+            for seed in seeds:
+                inputs = [x * 2.0 ** exp for x in draw_inputs(problem, shape, seed=seed)]
+                what = f"{label}/{shape}/2^{exp}/seed {seed}"
+                with torch.no_grad():
+                    ref = model(*inputs)
+                    exact = hi(*[x.double() for x in inputs]).to(ref.dtype)
+                    base = opt(*inputs)
+                assert ref.dtype == problem.KZ_DTYPE, what
+                check_close(ref, exact, tol, what + " Model vs float64")
+                check_close(base, ref, tol, what + " ModelOpt vs Model")

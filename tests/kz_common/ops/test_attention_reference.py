@@ -10,13 +10,11 @@ tolerance of its own float64 run, and agree with the optimised baseline, at ever
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from kz_common.ops import cpu_test_range, render_problem, tolerance_for
-from tests.kz_common.helpers import check_close, draw_inputs, load_problem
+from kz_common.ops import cpu_test_range, render_problem
+from tests.kz_common.helpers import check_model_at_scales, load_problem
 
 # The CPU-range corners plus the shapes where an fp16-softmax Model misses most often.
 _SHAPES = [{"batch_heads": 1, "seq": 1, "head_dim": 8}, {"batch_heads": 3, "seq": 80, "head_dim": 48},
@@ -32,22 +30,8 @@ def _problem(dtype: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_model_matches_float64_and_baseline_at_every_verifier_scale(dtype: str) -> None:
-    prob = _problem(dtype)
-    model, opt = prob.Model(), prob.ModelOpt()
-    hi = copy.deepcopy(model).to(torch.float64)
-    tol = tolerance_for(prob.KZ_DTYPE, "attention")
-    for shape in _SHAPES:
-        for exp in _SCALES:
-            for seed in _SEEDS:
-                inputs = [x * 2.0 ** exp for x in draw_inputs(prob, shape, seed=seed)]
-                what = f"attention/{dtype}/{shape}/2^{exp}/seed {seed}"
-                with torch.no_grad():
-                    ref = model(*inputs)
-                    exact = hi(*[x.double() for x in inputs]).to(ref.dtype)
-                    base = opt(*inputs)
-                assert ref.dtype == prob.KZ_DTYPE, what
-                check_close(ref, exact, tol, what + " Model vs float64")
-                check_close(base, ref, tol, what + " ModelOpt vs Model")
+    check_model_at_scales(_problem(dtype), "attention", _SHAPES, _SCALES, _SEEDS,
+                          f"attention/{dtype}")
 
 
 def test_float64_model_stays_float64() -> None:

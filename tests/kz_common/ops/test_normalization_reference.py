@@ -9,13 +9,11 @@ could be rejected. Model now accumulates in at least fp32, like F.layer_norm.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from kz_common.ops import cpu_test_range, render_problem, tolerance_for
-from tests.kz_common.helpers import check_close, draw_inputs, load_problem
+from kz_common.ops import cpu_test_range, render_problem
+from tests.kz_common.helpers import check_model_at_scales, draw_inputs, load_problem
 
 _SHAPES = [{"rows": 64, "cols": 300}, {"rows": 5, "cols": 33}, {"rows": 16, "cols": 256}]
 _SCALES = (-2, -1, 0, 1, 2)
@@ -26,21 +24,7 @@ _SEEDS = range(6)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_model_matches_float64_and_baseline_at_every_verifier_scale(op: str, dtype: str) -> None:
     prob = load_problem(render_problem(op, dtype, cpu_test_range(op), shapes=_SHAPES))
-    model, opt = prob.Model(), prob.ModelOpt()
-    hi = copy.deepcopy(model).to(torch.float64)
-    tol = tolerance_for(prob.KZ_DTYPE, "normalization")
-    for shape in _SHAPES:
-        for exp in _SCALES:
-            for seed in _SEEDS:
-                inputs = [x * 2.0 ** exp for x in draw_inputs(prob, shape, seed=seed)]
-                what = f"{op}/{dtype}/{shape}/2^{exp}/seed {seed}"
-                with torch.no_grad():
-                    ref = model(*inputs)
-                    exact = hi(*[x.double() for x in inputs]).to(ref.dtype)
-                    base = opt(*inputs)
-                assert ref.dtype == prob.KZ_DTYPE, what
-                check_close(ref, exact, tol, what + " Model vs float64")
-                check_close(base, ref, tol, what + " ModelOpt vs Model")
+    check_model_at_scales(prob, "normalization", _SHAPES, _SCALES, _SEEDS, f"{op}/{dtype}")
 
 
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
