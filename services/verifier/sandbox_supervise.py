@@ -151,8 +151,8 @@ def others_paused(own_uid: int | None) -> Iterator[None]:
     stopped: list[int] = []
     try:
         for _ in range(5):  # again until a pass finds nobody new (children forked meanwhile)
-            new = [pid for pid in live_uid_processes(UID_BASE, UID_BASE + UID_RANGE)
-                   if pid not in stopped and _proc_uid(str(pid)) != own_uid]
+            new = [pid for lo, hi in ((UID_BASE, own_uid), (own_uid + 1, UID_BASE + UID_RANGE))
+                   for pid in live_uid_processes(lo, hi) if pid not in stopped]
             if not new:
                 break
             for pid in new:
