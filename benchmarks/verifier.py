@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,8 @@ def cheat_batch() -> list[tuple[str, str, str]]:
 
 
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
-              warm_slots: int = 1) -> dict[str, Any]:
+              warm_slots: int = 1, builders: int | None = None) -> dict[str, Any]:
+    from benchmarks.host_load import HostLoad
     from services.verifier.core import verify_many
     from services.verifier.options import VerifyOptions
 
@@ -155,8 +157,11 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else ""
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots)
+    if builders:
+        options = replace(options, bundle_builders=builders)
     t0 = time.monotonic()
-    reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
+    with HostLoad() as load:
+        reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
     wall = time.monotonic() - t0
     rows: list[dict[str, Any]] = []
     for (label, _, _), r in zip(batch, reports):
@@ -174,9 +179,15 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
+    spreads = [x["spread"] for x in honest if x["spread"] is not None]
+    host = load.summary()
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
-            "workers": workers,
+            "workers": workers, "bundle_builders": options.bundle_builders,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
+            # host CPU/GPU busy fractions over the batch; CPU core-seconds per candidate
+            "host": host, "cpu_s_per_candidate": round(host["cpu_core_s"] / max(1, len(rows)), 2),
+            # within-run spread (p90-p10)/median of the honest candidates' timed runs
+            "median_in_batch_spread": statistics.median(spreads) if spreads else None,
             "median_candidate_wall_s": statistics.median(walls) if walls else None,
             # parent-side: start, lock waits, locked phases
             "median_phase_s": _medians([x["phase_s"] for x in rows]),
@@ -257,13 +268,27 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
                                 for k, t in (v.get("median_harness_steps_s") or {}).items()),
             "reference": " ".join(f"{k}={t:.2f}"
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
+            "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
+            "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
+            "cpu_s_per_cand": v.get("cpu_s_per_candidate"),
+            "spread_med": v.get("median_in_batch_spread"),
             "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
+             "cpu_busy", "gpu_util", "cpu_s_per_cand", "spread_med",
              "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]
+
+
+def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
+    name, _, body = spec.partition(":")
+    kv = dict(item.split("=", 1) for item in body.split(",") if item)
+    unknown = set(kv) - {"workers", "slots", "builders"}
+    if not name or unknown:
+        raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N")
+    return name, {k: int(v) for k, v in kv.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-only", action="store_true", help="no warm pass")
     ap.add_argument("--only", default="", help="only candidates whose label starts with this")
     ap.add_argument("--limit", type=int, default=0, help="at most this many candidates")
+    ap.add_argument("--config", action="append", default=[], metavar="NAME:K=V,...",
+                    help="an extra cold pass (own fresh cache) with other settings, side by "
+                         "side with the default one; keys: workers, slots, builders")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -294,11 +322,17 @@ def main(argv: list[str] | None = None) -> int:
         batch = batch[::3]
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    passes = [("cold", cache, 1)] + ([] if args.quick or args.cold_only else [("warm", cache, 1)])
+    default = {"workers": args.workers, "slots": 1, "builders": 0}
+    passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
+                                           else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
-        passes.insert(0, ("cold_unpooled", tempfile.mkdtemp(prefix="kzbench-cache-"), 0))
-    for name, pass_cache, slots in passes:
-        result[name] = run_batch(batch, args.workers, pass_cache, slots)
+        passes.insert(0, ("cold_unpooled", tempfile.mkdtemp(prefix="kzbench-cache-"),
+                          {**default, "slots": 0}))
+    passes += [(name, tempfile.mkdtemp(prefix="kzbench-cache-"), {**default, **kv})
+               for name, kv in map(_parse_config, args.config)]
+    for name, pass_cache, cfg in passes:
+        result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
+                                 cfg["builders"] or None)
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

@@ -16,7 +16,6 @@ import secrets
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -46,7 +45,9 @@ class Outcome:
     max_rel_error: float | None = None
     timing: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict)
-    seen: dict[str, int] = field(default_factory=dict)  # output digest -> first call index
+    # Every output checked so far, by call index: only read to NAME a memoised output once
+    # its numerics failed, so an honest candidate costs nothing (no hash of every output).
+    seen: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
     def fail(self, stage: str, reason: str) -> None:
         if (stage, reason) not in self.failures:
@@ -247,17 +248,7 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
         if not cmp.ok:
             named = _name_it(o, out, inputs, i)
             o.fail("numerics", f"{where}: output {j}: {cmp.reason}{named}")
-        o.seen.setdefault(_digest(out), i)
-
-
-def _digest(t: torch.Tensor) -> str:
-    """Fingerprint of a (CPU) output, only to NAME a memoised output whose numerics already
-    failed: a collision can mislabel a rejection, never pass anything. CRC32 over the buffer
-    costs a third of SHA-256 plus its copy, and runs for every call of every candidate."""
-    if not t.numel():  # (numpy has no bfloat16: an empty one has nothing to hash anyway)
-        return f"empty{t.dtype}{tuple(t.shape)}"
-    raw = t.detach().reshape(-1).contiguous().view(torch.uint8)
-    return f"{zlib.crc32(raw.numpy().data):08x}{t.dtype}{tuple(t.shape)}"
+        o.seen.append((i, out))
 
 
 def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:
@@ -270,9 +261,9 @@ def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:
     for k, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and _same_bits(out, x):
             return f" (identity output: equals input {k})"
-    prev = o.seen.get(_digest(out))
-    if prev is not None and prev != i:
-        return f" (cached/memoised output: identical to call {prev} for different inputs)"
+    for prev, earlier in o.seen:
+        if prev != i and _same_bits(out, earlier):
+            return f" (cached/memoised output: identical to call {prev} for different inputs)"
     return ""
 
 

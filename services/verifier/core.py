@@ -38,9 +38,11 @@ class Session:
         self.base = W.make_base(options.tmp_dir)
         n = options.warm_slots if warm_slots is None else warm_slots
         self.slots = SlotPool(options, self.mode, self.base, n, demand)
-        # One reference worker kept warm too (unless warm slots are off); `problems` caps
-        # how many are ever started when the caller knows the number of distinct problems.
-        self.ref_slots = SlotPool(options, self.mode, self.base, int(options.warm_slots > 0),
+        # One reference worker per bundle builder kept warm too (unless warm slots are off);
+        # `problems` caps how many are ever started when the caller knows the number of
+        # distinct problems.
+        self.ref_slots = SlotPool(options, self.mode, self.base,
+                                  options.bundle_builders if options.warm_slots else 0,
                                   problems, factory=self._new_ref_slot)
         self.max_bundles = max_bundles
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
@@ -219,7 +221,7 @@ class Session:
 
 def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> VerifyReport:
     """Verify one solution against one problem. Never raises for a bad candidate."""
-    session = Session(options)
+    session = Session(options, demand=1, problems=1)  # no slot started that nobody takes
     try:
         return session.verify(problem_src, solution_src)
     finally:
@@ -241,9 +243,12 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
     session.ref_slots.fill()
     session.expect(p for p, _ in items)
     progress = _Progress()
-    builder = threading.Thread(target=_prefetch, name="kz-bundle-prefetch", daemon=True,
-                               args=(session, items, progress, 2 * max(1, workers)))
-    builder.start()
+    plan = _Plan(items, options)
+    builders = [threading.Thread(target=_prefetch, name=f"kz-bundle-prefetch-{k}", daemon=True,
+                                 args=(session, items, progress, 2 * max(1, workers), plan))
+                for k in range(options.bundle_builders)]
+    for b in builders:
+        b.start()
 
     def one(job: tuple[int, tuple[str, str]]) -> VerifyReport:
         i, (problem, solution) = job
@@ -258,7 +263,8 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
             return list(pool.map(one, enumerate(items)))
     finally:
         progress.stop()
-        builder.join()  # a build in flight writes under session.base
+        for b in builders:
+            b.join()  # a build in flight writes under session.base
         session.close()
 
 
@@ -287,24 +293,40 @@ class _Progress:
             return not self._stopped
 
 
+class _Plan:
+    """The first use of each problem that needs a bundle, handed out in item order to
+    however many builders share it. Problems whose candidates all fail the static check
+    never need one."""
+
+    def __init__(self, items: list[tuple[str, str]], options: VerifyOptions) -> None:
+        self._todo = iter(enumerate(items))
+        self._seen: set[str] = set()
+        self._options = options
+        self._lock = threading.Lock()
+
+    def next(self) -> tuple[int, str] | None:
+        with self._lock:
+            for i, (problem, solution) in self._todo:
+                key = reference.problem_key(problem, self._options)
+                if key in self._seen or not check_solution(solution, self._options.policy).ok:
+                    continue
+                self._seen.add(key)
+                return i, problem
+            return None
+
+
 def _prefetch(session: Session, items: list[tuple[str, str]], progress: _Progress,
-              ahead: int) -> None:
+              ahead: int, plan: _Plan | None = None) -> None:
     """Build each problem's bundle before the workers reach it (a build is an own sandboxed
-    reference run, ~10-15 s on the H200: workers that met an unbuilt problem waited for it
+    reference run, ~5-15 s on the H200: workers that met an unbuilt problem waited for it
     about as long as they spent verifying). At most `ahead` items ahead of the workers, so
-    the bundles held do not grow with the batch; problems whose candidates all fail the
-    static check never need one."""
-    seen: set[str] = set()
-    policy = session.options.policy
-    for i, (problem, solution) in enumerate(items):
-        key = reference.problem_key(problem, session.options)
-        if key in seen or not check_solution(solution, policy).ok:
-            continue
-        seen.add(key)
+    the bundles held do not grow with the batch. Several builders may share one `plan`."""
+    plan = plan or _Plan(items, session.options)
+    while (job := plan.next()) is not None:
+        i, problem = job
         if not progress.wait_for(i - ahead):
             return
         try:
             session.ensure(problem)
         except Exception:  # noqa: BLE001 - the worker that needs it builds it and reports
             continue
-

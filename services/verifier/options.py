@@ -42,6 +42,7 @@ class VerifyOptions:
     cache_dir: str = ""  # empty: $KZ_VERIFIER_CACHE or <tmp>/kz-verifier-cache
     tmp_dir: str = ""  # where private dirs live (empty: system temp)
     warm_slots: int = 1  # sandboxes started ahead (torch imported while idle); 0 = start per candidate
+    bundle_builders: int = 2  # reference bundles built at once ahead of verify_many's workers
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 
@@ -54,6 +55,8 @@ class VerifyOptions:
             raise ValueError(f"unknown policy {self.policy!r}; known: {POLICIES}")
         if self.warm_slots < 0:
             raise ValueError("warm_slots must be >= 0")
+        if self.bundle_builders < 1:
+            raise ValueError("bundle_builders must be >= 1")
         if self.warmup < 2 or self.n_timing_runs < 5:
             raise ValueError("need warmup >= 2 and n_timing_runs >= 5")
 

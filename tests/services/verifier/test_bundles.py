@@ -73,6 +73,34 @@ def test_prefetch_builds_ahead_but_not_beyond_the_window(session: Any) -> None:
     assert not t.is_alive() and session.built == ["P0", "P2"]
 
 
+def test_builders_sharing_a_plan_build_at_once_and_each_problem_once(
+        session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ok = (SOLUTIONS / "add_ok.py").read_text()
+    items = [(f"P{i % 5}", ok) for i in range(20)]  # 5 problems, each used 4 times
+    built: list[str] = []
+    together = threading.Barrier(3, timeout=10)  # the first 3 builds must overlap
+
+    def build(self: Session, problem_src: str) -> ReferenceBundle:
+        built.append(problem_src)
+        if len(built) <= 3:
+            together.wait()  # raises (and the build fails) if the builders run one by one
+        return _bundle(tmp_path, f"c{len(built)}")
+
+    monkeypatch.setattr(Session, "_build", build)
+    session.expect(p for p, _ in items)
+    progress, plan = _Progress(), core._Plan(items, session.options)
+    progress.started(len(items))  # every item is inside the window at once
+    threads = [threading.Thread(target=_prefetch, args=(session, items, progress, 2, plan))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert sorted(built) == ["P0", "P1", "P2", "P3", "P4"]
+    assert not together.broken
+    assert all(isinstance(session.ensure(f"P{i}"), ReferenceBundle) for i in range(5))
+
+
 def test_progress_wait_returns_false_once_stopped() -> None:
     p = _Progress()
     p.started(3)

@@ -85,13 +85,18 @@ def test_references_on_the_parent_cpu_are_the_bundle_itself() -> None:
     assert refs is r[0] and his == [None]
 
 
-def test_output_fingerprints_cover_empty_and_bfloat16_outputs() -> None:
-    """The memoisation fingerprint never fails on what a candidate may return (numpy has
-    no bfloat16; an empty tensor has no bytes) and tells different outputs apart."""
+def test_memoised_output_is_named_for_any_output_kind() -> None:
+    """A failing output identical to an earlier call's is named as memoised, bfloat16 and
+    empty outputs included (no hashing: numpy has no bfloat16, an empty tensor no bytes)."""
     import torch
 
-    from services.verifier.candidate import _digest
+    from services.verifier.candidate import Outcome, _name_it
 
-    a, b = torch.ones(3, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.bfloat16)
-    assert _digest(a) == _digest(a.clone()) != _digest(b)
-    assert _digest(torch.empty(0, 4, dtype=torch.bfloat16)) != _digest(torch.empty(0, 5))
+    o = Outcome()
+    a, b = torch.tensor([1.0, 2.0], dtype=torch.bfloat16), torch.zeros(3, dtype=torch.bfloat16)
+    empty = torch.empty(0, 4, dtype=torch.bfloat16)
+    o.seen += [(0, a), (1, b), (2, empty)]
+    assert "identical to call 0" in _name_it(o, a.clone(), [], 3)
+    assert _name_it(o, a.clone(), [], 0) == ""  # its own call is no earlier call
+    assert "identical to call 2" in _name_it(o, torch.empty(0, 4, dtype=torch.bfloat16), [], 3)
+    assert _name_it(o, torch.tensor([1.0, 3.0], dtype=torch.bfloat16), [], 3) == ""

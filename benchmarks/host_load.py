@@ -1,0 +1,89 @@
+"""How busy the host's CPUs and the GPU were while a benchmark ran (Linux /proc/stat and
+nvidia-smi). Tells a CPU-bound batch (cores saturated: cut CPU work per candidate) from a
+latency-bound one (cores idle: more parallelism helps).
+
+    with HostLoad() as load:
+        run_batch(...)
+    load.summary()  # {"cpu_busy_mean": 0.83, "cpu_core_s": 812.0, ...}
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+from typing import Any
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies over all cores, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class HostLoad:
+    """Samples CPU busy fraction (all cores) and GPU utilisation every `period_s`."""
+
+    def __init__(self, period_s: float = 0.5) -> None:
+        self.period_s = period_s
+        self.cpu: list[float] = []  # busy fraction of all cores per sample interval
+        self.gpu: list[float] = []  # nvidia-smi utilization.gpu per sample, 0..1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kz-host-load", daemon=True)
+        self._t0 = self._t1 = 0.0
+        self._busy_jiffies = 0.0
+
+    def __enter__(self) -> HostLoad:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._t1 = time.monotonic()
+
+    def _run(self) -> None:
+        smi = shutil.which("nvidia-smi")
+        last = _cpu_times()
+        first = last
+        while not self._stop.wait(self.period_s):
+            now = _cpu_times()
+            if now and last and now[1] > last[1]:
+                self.cpu.append((now[0] - last[0]) / (now[1] - last[1]))
+            last = now
+            if smi:
+                self._sample_gpu(smi)
+        if first and last:
+            self._busy_jiffies = last[0] - first[0]
+
+    def _sample_gpu(self, smi: str) -> None:
+        try:
+            out = subprocess.run([smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,"
+                                  "nounits", "-i", "0"], capture_output=True, text=True,
+                                 timeout=2).stdout.strip()
+            self.gpu.append(float(out.splitlines()[0]) / 100)
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            pass
+
+    def summary(self) -> dict[str, Any]:
+        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        out: dict[str, Any] = {"cores": os.cpu_count(), "samples": len(self.cpu),
+                               "wall_s": round(self._t1 - self._t0, 2),
+                               # core-seconds of CPU the whole host spent during the run
+                               "cpu_core_s": round(self._busy_jiffies / hz, 1)}
+        if self.cpu:
+            out.update(cpu_busy_mean=round(statistics.fmean(self.cpu), 3),
+                       cpu_busy_p90=round(sorted(self.cpu)[int(0.9 * (len(self.cpu) - 1))], 3),
+                       cpu_saturated_frac=round(sum(c >= 0.95 for c in self.cpu) / len(self.cpu), 3))
+        if self.gpu:
+            out.update(gpu_util_mean=round(statistics.fmean(self.gpu), 3))
+        return out
