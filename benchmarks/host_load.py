@@ -67,9 +67,10 @@ class HostLoad:
 
     def _sample_gpu(self, smi: str) -> None:
         try:
-            out = subprocess.run([smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,"
-                                  "nounits", "-i", "0"], capture_output=True, text=True,
-                                 timeout=2).stdout.strip()
+            fmt = "--format=csv,noheader,nounits"
+            out = subprocess.run([smi, "--query-gpu=utilization.gpu", fmt, "-i", "0"],
+                                 capture_output=True, text=True, timeout=2,
+                                 check=False).stdout.strip()
             self.gpu.append(float(out.splitlines()[0]) / 100)
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
             pass

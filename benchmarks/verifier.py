@@ -175,6 +175,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start"),
                      "steps_s": r.details.get("steps_s"),
                      "harness_steps_s": r.details.get("harness_steps_s"),
+                     "harness_cpu_s": r.details.get("harness_cpu_s"),
                      "reference_steps_s": r.details.get("reference_steps_s")})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
@@ -196,6 +197,9 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "sum_steps_s": _sums([x["steps_s"] for x in rows]),
             # the harness's own clock inside the sandbox (import, compile, calls, saving)
             "median_harness_steps_s": _medians([x["harness_steps_s"] for x in rows]),
+            # CPU seconds of each candidate's sandbox (start-up before its job, total)
+            "median_harness_cpu_s": _medians([x["harness_cpu_s"] for x in rows]),
+            "sum_harness_cpu_s": _sums([x["harness_cpu_s"] for x in rows]),
             # the reference worker's own clock (startup is hidden when it was pre-started)
             "median_reference_steps_s": _medians([x["reference_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
@@ -213,6 +217,26 @@ def _medians(dicts: list[Any]) -> dict[str, float]:
 def _sums(dicts: list[Any]) -> dict[str, float]:
     ds = [d for d in dicts if isinstance(d, dict)]
     return {k: round(sum(d.get(k, 0.0) for d in ds), 2) for k in sorted({k for d in ds for k in d})}
+
+
+# The batch candidate that runs the same kernel at the same timed shape as a timer case:
+# its in-batch median against the quiet one shows what a busy host does to a verdict.
+BATCH_TWIN = {"add_16M_fp32": "add_b1024_w4", "softmax_8192x2048_fp16": "softmax_m16_w8",
+              "softmax_65536x1024_fp16": ""}
+
+
+def in_batch_vs_quiet(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = {r["label"]: r for r in (result.get("cold") or {}).get("rows", [])}
+    out = []
+    for t in result.get("timer", []):
+        twin = rows.get(t["batch_label"])
+        if twin and twin.get("candidate_ms"):
+            out.append({"kernel": t["kernel"], "batch_label": t["batch_label"],
+                        "in_batch_ms": twin["candidate_ms"], "quiet_ms": t["ours_ms"],
+                        "ratio": twin["candidate_ms"] / t["ours_ms"],
+                        "in_batch_spread": twin["spread"],
+                        "quiet_within_run_spread": t["within_run_spread"]})
+    return out
 
 
 def timer_agreement() -> list[dict[str, Any]]:
@@ -233,7 +257,8 @@ def timer_agreement() -> list[dict[str, Any]]:
         model = import_source(name, src).ModelNew()
         x = make()
         fn = lambda: model(*x)  # noqa: E731
-        medians = [Timer().time([fn], warmup=5, runs=100)["median_ms"] for _ in range(5)]
+        stats = [Timer().time([fn], warmup=5, runs=100) for _ in range(5)]
+        medians = [st["median_ms"] for st in stats]
         try:
             ref = triton.testing.do_bench(fn, warmup=25, rep=300, return_mode="median")
         except TypeError:
@@ -242,7 +267,9 @@ def timer_agreement() -> list[dict[str, Any]]:
         out.append({"kernel": name, "ours_ms": ours, "do_bench_ms": float(ref),
                     "rel_diff": abs(ours - ref) / ref,
                     "run_to_run_spread": (max(medians) - min(medians)) / ours,
-                    "medians_ms": medians})
+                    # (p90-p10)/median inside each run, on this quiet device
+                    "within_run_spread": statistics.median(st["spread"] for st in stats),
+                    "medians_ms": medians, "batch_label": BATCH_TWIN[name]})
     return out
 
 
@@ -271,13 +298,15 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
             "cpu_s_per_cand": v.get("cpu_s_per_candidate"),
+            "sandbox_cpu": " ".join(f"{k}={t:.2f}"
+                                    for k, t in (v.get("median_harness_cpu_s") or {}).items()),
             "spread_med": v.get("median_in_batch_spread"),
             "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
-             "cpu_busy", "gpu_util", "cpu_s_per_cand", "spread_med",
+             "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]
 
@@ -337,12 +366,18 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:
         result["timer"] = timer_agreement()
+        result["in_batch_vs_quiet"] = in_batch_vs_quiet(result)
         _save(args.out, result)
     print(_table("\nverification throughput",
                  [_pass_row(k, result[k]) for k, _, _ in passes], PASS_COLS))
     if "timer" in result:
         print(_table("\ntimer vs do_bench", result["timer"],
-                     ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread"]))
+                     ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread",
+                  "within_run_spread"]))
+        print(_table("\nsame kernel: in the batch vs on the quiet device afterwards",
+                     result["in_batch_vs_quiet"], ["kernel", "batch_label", "in_batch_ms",
+                                                   "quiet_ms", "ratio", "in_batch_spread",
+                                                   "quiet_within_run_spread"]))
     bad = [r for r in result["cold"]["rows"] if r["passed"] == r["label"].startswith("cheat_")]
     print(_table("\nunexpected verdicts (honest rejected / cheat passed)", bad,
                  ["label", "passed", "stage", "reasons"]))

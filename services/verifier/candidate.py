@@ -155,6 +155,10 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
     if isinstance(hs, dict):
         o.details["harness_steps_s"] = {str(k)[:32]: v for k, v in list(hs.items())[:16]
                                         if isinstance(v, (int, float))}
+    cpu = report.get("cpu_s")  # the harness's own CPU clock: diagnostics too
+    if isinstance(cpu, dict):
+        o.details["harness_cpu_s"] = {str(k)[:16]: v for k, v in list(cpu.items())[:4]
+                                      if isinstance(v, (int, float))}
     cap = options.fsize_mb << 20
     steps = {} if steps is None else steps
     with _step(steps, "judge_load"):  # every file first: the device section below is short

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -31,6 +32,10 @@ from kz_checks import flatten, output_problems, unchanged  # noqa: E402 - before
 
 
 class _PassThrough(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # see Tracer
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         return func(*args, **(kwargs or {}))
 
@@ -38,9 +43,9 @@ class _PassThrough(TorchDispatchMode):
 def _prewarm() -> None:
     """Import Triton and load its driver module (a gcc build in a fresh cache) now, while
     no candidate is waiting; failures surface later, where the candidate needs them.
-    Also enter a dispatch mode once: the first one imports torch._dynamo (its __enter__ is
-    wrapped by torch._disable_dynamo), 2-6 s of CPU that the H200 runs showed inside the
-    first correctness call of every candidate."""
+    Also run one op under a dispatch mode: whatever a torch version does on the first
+    mode entry (torch 2.11 imported torch._dynamo there: 6 s inside the first correctness
+    call of every candidate on the H200, before the modes opted out) happens here."""
     try:
         with torch.no_grad(), _PassThrough():
             torch.zeros(4).add_(1)
@@ -55,10 +60,14 @@ def _prewarm() -> None:
 
 
 _prewarm()
+_CPU_WARM = round(time.process_time(), 3)  # CPU seconds of the start-up (diagnostics)
 _CTRL.write("KZ-WARM\n")
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 _load, _save, _equal = torch.load, torch.save, torch.equal
+# No zip CRC32 over every saved output: it was half of torch.save's CPU, and the parent
+# trusts nothing in these files anyway (it re-checks every tensor it reads back).
+getattr(torch.serialization, "set_crc32_options", lambda _: None)(False)
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 _ALLOWED = frozenset(JOB["allowed_aten"])
@@ -108,6 +117,14 @@ def _poison(t: object) -> None:
 
 class Tracer(TorchDispatchMode):
     """Records aten ops run inside forward (outside Triton launches); poisons fresh allocations."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo,
+        # whose first call imports torch._dynamo: as much CPU as importing torch itself
+        # (benchmarks/import_probe.py), in every sandbox. Nothing here runs under Dynamo:
+        # the static policy rejects torch.compile.
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -283,6 +300,9 @@ def _brief(exc: BaseException) -> str:
 
 def _write_report() -> None:
     REPORT.pop("_wrapped", None)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # gcc builds of Triton launchers
+    REPORT["cpu_s"] = {"warm": _CPU_WARM, "total": round(time.process_time() + kids.ru_utime
+                                                         + kids.ru_stime, 3)}
     path = os.path.join(JOB["work"], "out", "report.json")
     with open(path, "w") as f:
         json.dump(REPORT, f)
