@@ -302,6 +302,8 @@ def main() -> None:
         hi = _hi_model(models[s]) if _HI["budget_s"] > 0 else None
         for t in range(JOB["trials"]):
             _trial(mod, models[s], hi, s, t)
+            if not _gate("KZ-YIELD"):  # lets a waiting timed phase go between trials
+                return
         del hi
     META["hi_ref_notes"] = sorted(_HI["notes"])
     META["hi_ref_s"] = round(_HI["spent_s"], 4)

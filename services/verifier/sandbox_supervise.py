@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import Future
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # sandbox imports this module at run time
     from services.verifier.sandbox import Limits
 
 SHARED, READY, DONE, WARM = "KZ-SHARED", "KZ-READY", "KZ-DONE", "KZ-WARM"
+YIELD = "KZ-YIELD"  # between steps of a shared phase: the lock may go to a timed phase
 UID_BASE = 61000
 UID_RANGE = 1024  # host-wide: every verifier process on the host shares it
 TIMING_NICE = -10  # the exclusive timing phase outranks every other sandbox (nice 0)
@@ -116,12 +117,8 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
         return False
     lap("start")  # job read, solution imported, first request
     if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
-        with gates.shared():  # bounded: a hang here would stall every timing on the host
-            lap("shared_wait")
-            send(proc, b"GO\n")
-            if not wait(proc, ctrl.ready, limits.locked_wall_s):
-                return False
-            lap("shared")  # compile + correctness trials
+        if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, lap):
+            return False
     if ctrl.ready.is_set() and proc.poll() is None:
         with gates.exclusive(), others_paused(uid):
             lap("exclusive_wait")
@@ -133,6 +130,31 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
                 renice(proc, 0)
                 lap("exclusive")  # timed runs
     return True
+
+
+def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: ignore[type-arg]
+                  budget: float, lap: Callable[[str], None]) -> bool:
+    """Correctness work under the shared lock; False if it held the lock past `budget`
+    (bounded: a hang here would stall every timing on the host). A child that says YIELD
+    between steps (the reference worker, after each trial) hands the lock back for a
+    moment: a waiting timed phase goes first (the lock prefers writers) instead of
+    waiting for every trial of a reference build, and every candidate behind it too."""
+    first = True
+    while True:
+        with gates.shared():
+            if first:
+                lap("shared_wait")
+                first = False
+            send(proc, b"GO\n")
+            t0 = time.monotonic()
+            if not wait(proc, ctrl.step, budget):
+                return False
+            budget -= time.monotonic() - t0
+            if ctrl.ready.is_set() or not ctrl.yielded.is_set() or proc.poll() is not None:
+                lap("shared")  # compile + correctness trials (and any yielded waits)
+                return True
+            ctrl.yielded.clear()
+            ctrl.step.clear()
 
 
 @contextmanager
@@ -149,6 +171,7 @@ def others_paused(own_uid: int | None) -> Iterator[None]:
         yield
         return
     stopped: list[int] = []
+    _QUIET.begin()  # and no new sandbox starts (imports, CUDA context) until it is timed
     try:
         for _ in range(5):  # again until a pass finds nobody new (children forked meanwhile)
             new = [pid for lo, hi in ((UID_BASE, own_uid), (own_uid + 1, UID_BASE + UID_RANGE))
@@ -163,11 +186,37 @@ def others_paused(own_uid: int | None) -> Iterator[None]:
                     pass
         yield
     finally:
+        _QUIET.end()
         for pid in stopped:
             try:
                 os.kill(pid, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+class _Quiet:
+    """Counts timed phases in progress; sandbox starts wait for none (bounded)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._timing = 0
+
+    def begin(self) -> None:
+        with self._cv:
+            self._timing += 1
+
+    def end(self) -> None:
+        with self._cv:
+            self._timing -= 1
+            self._cv.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: self._timing == 0, timeout)
+
+
+_QUIET = _Quiet()
+QUIET_WAIT_S = 90.0  # longer than a timed phase may last (timing_timeout_s, 60 s)
 
 
 def renice(proc: subprocess.Popen, nice: int) -> None:  # type: ignore[type-arg]
@@ -231,9 +280,11 @@ class Control(threading.Thread):
         self.fd = fd
         self.shared, self.ready, self.done = threading.Event(), threading.Event(), threading.Event()
         self.any_request, self.warm = threading.Event(), threading.Event()
+        # YIELD is re-armed by the parent after each one; `step`: READY or YIELD arrived
+        self.yielded, self.step = threading.Event(), threading.Event()
 
     def run(self) -> None:
-        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done}
+        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded}
         warm = self.warm
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
@@ -245,6 +296,8 @@ class Control(threading.Thread):
                 if flag is not None:
                     flag.set()
                     self.any_request.set()
+                    if word in (READY, YIELD):
+                        self.step.set()
 
 
 def tail_file(path: Path, n: int = 4096) -> str:
@@ -347,6 +400,7 @@ class _Spawner:
     def _serve(self) -> None:
         while True:
             cmd, kwargs, done = self._jobs.get()
+            _QUIET.wait(QUIET_WAIT_S)  # a start (torch import, CUDA context) disturbs timing
             try:
                 done.set_result(subprocess.Popen(cmd, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller

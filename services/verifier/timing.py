@@ -32,6 +32,12 @@ WARMUP_S = 0.05  # like do_bench's time-based warm-up: long enough for clocks to
 # (test_timer_counts_side_stream_work failed), and do_bench agreement got worse
 # (softmax 8192x2048 5.3% vs 2.6% without). See benchmarks/verifier_notes.md.
 SPACER_US = 0.0
+# A run whose (p90-p10)/median exceeds this was disturbed (on a quiet H200 honest kernels
+# show 0.03-0.06; in a busy 12-worker batch identical kernels read up to 2.4x slow with
+# spreads of 0.7-1.0: benchmarks/verifier_notes.md). Such a run is timed again, up to
+# MAX_ATTEMPTS in all, and the attempt with the smallest spread is reported.
+STABLE_SPREAD = 0.1
+MAX_ATTEMPTS = 3
 
 
 class Timer:
@@ -114,8 +120,30 @@ class Timer:
             self._gap0 = _median([b - a for a, b in zip(t1, t2)])
         return self._gap0
 
-    def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int) -> dict[str, Any]:
-        """Time `fns` (rotated input sets); returns stats in ms and the last output per set."""
+    def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
+             attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
+        """Time `fns` (rotated input sets); returns stats in ms and the last output per set
+        of the reported attempt. A disturbed attempt (spread > STABLE_SPREAD) is repeated;
+        interference only ever adds time, so the cleanest attempt is the truest one. An
+        attempt that saw side-stream work ends the search: it is reported as it is."""
+        best: dict[str, Any] | None = None
+        medians: list[float] = []
+        for _ in range(max(1, attempts)):
+            st = self._attempt(fns, warmup, runs)
+            medians.append(st["median_ms"])
+            if st["side_stream"]:
+                best = st
+                break
+            if best is None or _spread_key(st) < _spread_key(best):
+                best = st
+            if st["spread"] is not None and st["spread"] <= STABLE_SPREAD:
+                break
+        assert best is not None
+        best["attempts"], best["attempt_medians_ms"] = len(medians), medians
+        return best
+
+    def _attempt(self, fns: Sequence[Callable[[], Any]], warmup: int,
+                 runs: int) -> dict[str, Any]:
         self._warm(fns, warmup)
         gap0 = self.gap0()
         t1, t2, last = self._loop(fns, runs)
@@ -137,6 +165,10 @@ class Timer:
             "gap_ms": _median(gaps), "gap0_ms": gap0, "spacer_us": self.spacer_us,
             "last_outputs": last,
         }
+
+
+def _spread_key(st: dict[str, Any]) -> float:
+    return st["spread"] if st["spread"] is not None else float("inf")
 
 
 def _quantile(xs: Sequence[float], q: float) -> float:

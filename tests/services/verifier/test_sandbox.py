@@ -294,3 +294,69 @@ def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, base: Path) ->
     finally:
         timed.discard()
         other.discard()
+
+
+def test_no_sandbox_starts_while_one_is_timed() -> None:
+    """A start (torch import, CUDA context) during a timed phase would land in its
+    measurement: the spawner holds new processes until the phase ends, failed ones too."""
+    import threading
+
+    started: list[float] = []
+
+    def start() -> None:
+        p = sandbox.S.spawn(["true"])
+        started.append(time.monotonic())
+        p.wait()
+
+    with pytest.raises(RuntimeError), sandbox.S.others_paused(sandbox.S.UID_BASE):
+        t = threading.Thread(target=start)
+        t.start()
+        time.sleep(0.5)
+        assert not started, "a sandbox process started inside a timed phase"
+        ended = time.monotonic()
+        raise RuntimeError("a failing timed phase")
+    t.join(10)
+    assert started and started[0] >= ended
+
+
+YIELDING_CHILD = r"""
+import os, sys, time
+ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
+sys.stdin.readline()  # the job
+def gate(word):
+    ctrl.write(word + "\n")
+    assert sys.stdin.readline().strip() == "GO"
+gate("KZ-SHARED")
+for trial in range(4):
+    time.sleep(0.4)  # a reference trial's GPU work, under the shared lock
+    gate("KZ-YIELD")
+gate("KZ-READY")
+ctrl.write("KZ-DONE\n")
+"""
+
+
+def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> None:
+    """The reference worker yields the shared lock between trials: a timed phase that
+    asks meanwhile runs after the current trial, not after the whole build (1.6 s)."""
+    import threading
+
+    from services.verifier.perf import GpuLock
+
+    gates = GpuLock(str(base / "cache"))
+    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
+    lim = sandbox.Limits(wall_s=30, cpu_s=30, memory_bytes=4 << 30, nproc=64,
+                         fsize_bytes=1 << 20, timing_wall_s=10, locked_wall_s=10)
+    proc = sandbox.Process("rlimits", view, [sys.executable, "-I", "-c", YIELDING_CHILD],
+                           {}, lim, base)
+    got: list[float] = []
+    res: list[sandbox.RunResult] = []
+    t0 = time.monotonic()
+    child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
+    child.start()
+    time.sleep(0.2)  # the child holds the shared lock, inside its first trial
+    with gates.exclusive():
+        got.append(time.monotonic() - t0)
+    child.join(30)
+    assert res and res[0].ready_seen and not res[0].timed_out, res and res[0].describe()
+    assert got[0] < 1.2, f"the timed phase waited {got[0]:.2f} s: for every trial"
+    assert res[0].wall_s > 1.6  # the child's trials all ran (and the lock came back)

@@ -1,0 +1,57 @@
+"""The timer's choice among attempts (CPU: the CUDA loop itself is tested in test_gpu.py).
+
+Interference only ever adds time, so a disturbed attempt (large spread) is timed again and
+the cleanest attempt reported; side-stream work is never retried away."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.verifier import timing
+from services.verifier.timing import STABLE_SPREAD, Timer
+
+
+def _timer(attempts: list[dict[str, Any]]) -> tuple[Timer, list[int]]:
+    t = Timer.__new__(Timer)  # no CUDA buffers: only the attempt policy runs
+    calls: list[int] = []
+
+    def attempt(fns: Any, warmup: int, runs: int) -> dict[str, Any]:
+        calls.append(len(calls))
+        return dict(attempts[len(calls) - 1])
+
+    t._attempt = attempt  # type: ignore[method-assign]
+    return t, calls
+
+
+def _st(median: float, spread: float | None, side: bool = False) -> dict[str, Any]:
+    return {"median_ms": median, "spread": spread, "side_stream": side, "last_outputs": [median]}
+
+
+def test_a_clean_first_attempt_is_reported_alone() -> None:
+    t, calls = _timer([_st(1.0, 0.03)])
+    st = t.time([], warmup=3, runs=10)
+    assert len(calls) == 1 and st["median_ms"] == 1.0 and st["attempts"] == 1
+
+
+def test_disturbed_attempts_are_retried_and_the_cleanest_reported() -> None:
+    t, calls = _timer([_st(2.3, 0.9), _st(1.1, 0.4), _st(1.6, 0.6)])
+    st = t.time([], warmup=3, runs=10)
+    assert len(calls) == timing.MAX_ATTEMPTS
+    assert st["median_ms"] == 1.1 and st["last_outputs"] == [1.1]  # its own outputs
+    assert st["attempt_medians_ms"] == [2.3, 1.1, 1.6]
+
+
+def test_retrying_stops_at_the_first_stable_attempt() -> None:
+    t, calls = _timer([_st(2.0, 0.5), _st(1.0, STABLE_SPREAD / 2), _st(0.1, 0.0)])
+    assert t.time([], warmup=3, runs=10)["median_ms"] == 1.0 and len(calls) == 2
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_side_stream_work_is_reported_not_retried_away(first: bool) -> None:
+    seq = [_st(5.0, 0.01, side=True)] if first else [_st(1.0, 0.8), _st(5.0, 0.9, side=True),
+                                                      _st(1.0, 0.01)]
+    t, calls = _timer(seq)
+    st = t.time([], warmup=3, runs=10)
+    assert st["side_stream"] and st["median_ms"] == 5.0 and len(calls) == (1 if first else 2)
