@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -14,7 +15,7 @@ class EventSpec:
     """One event type: its payload model, current schema version and logical topic."""
 
     type: str
-    model: type[BaseModel]
+    model: builtins.type[BaseModel]  # (`type` is the field above)
     version: int
     topic: str
 

@@ -65,12 +65,13 @@ def check_solution(src: str, policy: str = P.DEFAULT_POLICY) -> StaticResult:
 def _strip_main_guard(body: list[ast.stmt]) -> list[ast.stmt]:
     """Drop `if __name__ == "__main__":` blocks: the harness never runs the module as main."""
     def is_guard(s: ast.stmt) -> bool:
-        t = s.test if isinstance(s, ast.If) else None
+        if not isinstance(s, ast.If) or s.orelse:
+            return False
+        t = s.test
         return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name)
                 and t.left.id == "__name__" and len(t.comparators) == 1
                 and isinstance(t.comparators[0], ast.Constant)
-                and t.comparators[0].value == "__main__"
-                and not s.orelse)  # type: ignore[union-attr]
+                and t.comparators[0].value == "__main__")
     return [s for s in body if not is_guard(s)]
 
 
