@@ -31,11 +31,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_
 from kz_checks import flatten, output_problems, unchanged  # noqa: E402 - before the candidate
 
 
-class _PassThrough(TorchDispatchMode):
+class _NoDynamoMode(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        return False  # see Tracer
+        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo,
+        # whose first call imports torch._dynamo: as much CPU as importing torch itself
+        # (benchmarks/import_probe.py), in every sandbox. Nothing here runs under Dynamo:
+        # the static policy rejects torch.compile.
+        return False
 
+
+class _PassThrough(_NoDynamoMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         return func(*args, **(kwargs or {}))
 
@@ -115,16 +121,8 @@ def _poison(t: object) -> None:
         t.fill_(max(info.min, min(info.max, _INT_POISON)) if info.min < 0 else 0xA5)
 
 
-class Tracer(TorchDispatchMode):
+class Tracer(_NoDynamoMode):
     """Records aten ops run inside forward (outside Triton launches); poisons fresh allocations."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo,
-        # whose first call imports torch._dynamo: as much CPU as importing torch itself
-        # (benchmarks/import_probe.py), in every sandbox. Nothing here runs under Dynamo:
-        # the static policy rejects torch.compile.
-        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
