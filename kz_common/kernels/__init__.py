@@ -28,17 +28,22 @@ def available_ops() -> list[str]:
     )
 
 
-def import_source(name: str, source: str) -> types.ModuleType:
-    """Import TRUSTED source (a reference solution, a rendered problem, a benchmark's kernel)
-    from a real file: @triton.jit reads its kernel's source from the file it was defined in.
+def import_file(name: str, path: Path) -> types.ModuleType:
+    """Import a TRUSTED Python file as module `name` (not added to sys.modules).
     Never for candidates: those run only in the verifier's sandbox."""
-    path = Path(tempfile.mkdtemp(prefix="kz-src-")) / f"{name}.py"
-    path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def import_source(name: str, source: str) -> types.ModuleType:
+    """Import TRUSTED source (a reference solution, a rendered problem, a benchmark's kernel)
+    from a real file: @triton.jit reads its kernel's source from the file it was defined in."""
+    path = Path(tempfile.mkdtemp(prefix="kz-src-")) / f"{name}.py"
+    path.write_text(source)
+    return import_file(name, path)
 
 
 def reference_solution(op: str) -> str:

@@ -10,7 +10,6 @@ Runs in a worker process without TRITON_INTERPRET (see worker.py).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import types
@@ -34,11 +33,7 @@ def load_for_compile(op: str) -> types.ModuleType:
     """Import the reference solution file as real (not interpreted) @triton.jit kernels."""
     assert os.environ.get("TRITON_INTERPRET", "0") != "1", "sm_90 compile needs TRITON_INTERPRET unset"
     path = Path(kz_common.kernels.__file__).with_name(f"{op}.py")
-    spec = importlib.util.spec_from_file_location(f"kz_sm90_{op}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return kz_common.kernels.import_file(f"kz_sm90_{op}", path)
 
 
 @dataclass

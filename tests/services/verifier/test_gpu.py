@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 
 import pytest
 import torch
 
+from kz_common.kernels import import_file
 from services.verifier.core import verify_many
 from tests.services.verifier.conftest import GPU_OPTIONS, SOLUTIONS, gpu, problem_src
 
 pytestmark = [pytest.mark.gpu, gpu]
-
-
-def _load(path):  # noqa: ANN001, ANN202 - trusted test helper: import a solution file
-    spec = importlib.util.spec_from_file_location(f"kz_test_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_timer_counts_side_stream_work() -> None:
@@ -45,7 +38,7 @@ def test_timer_agrees_with_do_bench_and_is_stable() -> None:
 
     from services.verifier.timing import Timer
 
-    mod = _load(SOLUTIONS / "softmax_ok.py")
+    mod = import_file("kz_test_softmax_ok", SOLUTIONS / "softmax_ok.py")
     model = mod.ModelNew()
     x = torch.randn(8192, 2048, device="cuda")
     ours = Timer().time([lambda: model(x)], warmup=5, runs=100)
