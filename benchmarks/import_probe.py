@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,14 +45,45 @@ VARIANTS = {
 }
 
 
-def run(code: str) -> tuple[float, float]:
+# `import torch` again under other conditions: fewer OpenMP threads, and the bytecode of
+# every module found already compiled (a pycache prefix filled beforehand), to see whether
+# a site-packages without .pyc files (and `-B`, which never writes any) costs the CPU.
+ENV_VARIANTS = {"import torch, OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
+                "import torch, precompiled pycache prefix": {"PYTHONPYCACHEPREFIX": "{prefix}"}}
+
+
+def run(code: str, env: dict[str, str] | None = None) -> tuple[float, float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-I", "-B", "-c", code], check=True)
+    subprocess.run([sys.executable, "-B", "-c", code] if env else
+                   [sys.executable, "-I", "-B", "-c", code], check=True,
+                   env={**os.environ, **env} if env else None)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    user, sys_ = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return wall, user + sys_, sys_
+
+
+def pyc_coverage(package: str = "torch") -> dict[str, float]:
+    """Share of the package's .py files with a .pyc for this interpreter next to them."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    assert spec and spec.submodule_search_locations
+    root = Path(list(spec.submodule_search_locations)[0])
+    pys = list(root.rglob("*.py"))
+    have = sum(Path(importlib.util.cache_from_source(str(p))).exists() for p in pys[:4000])
+    return {"py_files": len(pys), "with_pyc": have / max(1, min(len(pys), 4000))}
+
+
+def fill_prefix(prefix: str) -> None:
+    """Compile torch's and triton's modules into a pycache prefix (outside the packages)."""
+    code = ("import compileall, importlib.util, sys\n"
+            "for p in ('torch', 'triton'):\n"
+            "    s = importlib.util.find_spec(p)\n"
+            "    compileall.compile_dir(list(s.submodule_search_locations)[0], quiet=2, workers=8)")
+    subprocess.run([sys.executable, "-c", code], check=False,
+                   env={**os.environ, "PYTHONPYCACHEPREFIX": prefix})
 
 
 def main() -> int:
@@ -58,17 +91,26 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    prefix = tempfile.mkdtemp(prefix="kz-pycache-")
+    fill_prefix(prefix)
+    todo = [(name, code, None) for name, code in VARIANTS.items()]
+    todo += [(name, "import torch", {k: v.format(prefix=prefix) for k, v in env.items()})
+             for name, env in ENV_VARIANTS.items()]
     rows = []
-    for name, code in VARIANTS.items():
-        runs = [run(code) for _ in range(args.repeat)]
-        rows.append({"variant": name, "wall_s": statistics.median(w for w, _ in runs),
-                     "cpu_s": statistics.median(c for _, c in runs)})
-    print("variant | median wall s | median cpu s\n--- | --- | ---")
+    for name, code, env in todo:
+        runs = [run(code, env) for _ in range(args.repeat)]
+        rows.append({"variant": name, "wall_s": statistics.median(r[0] for r in runs),
+                     "cpu_s": statistics.median(r[1] for r in runs),
+                     "sys_s": statistics.median(r[2] for r in runs)})
+    print("variant | median wall s | median cpu s | of it sys s\n--- | --- | --- | ---")
     for r in rows:
-        print(f"{r['variant']} | {r['wall_s']:.3f} | {r['cpu_s']:.3f}")
+        print(f"{r['variant']} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['sys_s']:.3f}")
+    cov = pyc_coverage()
+    print(f"torch: {cov['py_files']} .py files, {cov['with_pyc']:.0%} with a .pyc beside them")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "import_probe.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "import_probe.json").write_text(json.dumps({"rows": rows, "torch_pyc": cov},
+                                                               indent=1))
     return 0
 
 

@@ -176,7 +176,10 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "steps_s": r.details.get("steps_s"),
                      "harness_steps_s": r.details.get("harness_steps_s"),
                      "harness_cpu_s": r.details.get("harness_cpu_s"),
-                     "reference_steps_s": r.details.get("reference_steps_s")})
+                     "reference_steps_s": r.details.get("reference_steps_s"),
+                     # the timer's own view of each timed run: flush shadow vs host launch
+                     "timing_diag": {k: v for k, v in (r.details.get("candidate_timing")
+                                                       or {}).items() if k in TIMING_DIAG}})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
@@ -189,6 +192,9 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "host": host, "cpu_s_per_candidate": round(host["cpu_core_s"] / max(1, len(rows)), 2),
             # within-run spread (p90-p10)/median of the honest candidates' timed runs
             "median_in_batch_spread": statistics.median(spreads) if spreads else None,
+            # honest candidates' timer diagnostics (share of runs whose host outlasted the
+            # flush shadow; flush device time) and the host CPU busy during timed phases
+            "median_timing_diag": _medians([x["timing_diag"] for x in honest]),
             "median_candidate_wall_s": statistics.median(walls) if walls else None,
             # parent-side: start, lock waits, locked phases
             "median_phase_s": _medians([x["phase_s"] for x in rows]),
@@ -206,6 +212,9 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
+
+
+TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms")
 
 
 def _medians(dicts: list[Any]) -> dict[str, float]:
@@ -235,6 +244,7 @@ def in_batch_vs_quiet(result: dict[str, Any]) -> list[dict[str, Any]]:
                         "in_batch_ms": twin["candidate_ms"], "quiet_ms": t["ours_ms"],
                         "ratio": twin["candidate_ms"] / t["ours_ms"],
                         "in_batch_spread": twin["spread"],
+                        "in_batch_host_late": (twin.get("timing_diag") or {}).get("host_late"),
                         "quiet_within_run_spread": t["within_run_spread"]})
     return out
 
@@ -269,6 +279,9 @@ def timer_agreement() -> list[dict[str, Any]]:
                     "run_to_run_spread": (max(medians) - min(medians)) / ours,
                     # (p90-p10)/median inside each run, on this quiet device
                     "within_run_spread": statistics.median(st["spread"] for st in stats),
+                    "host_late": statistics.median(st["host_late"] for st in stats),
+                    "flush_ms": statistics.median(st["flush_ms"] for st in stats),
+                    "host_ms": statistics.median(st["host_ms"] for st in stats),
                     "medians_ms": medians, "batch_label": BATCH_TWIN[name]})
     return out
 
@@ -301,13 +314,15 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "sandbox_cpu": " ".join(f"{k}={t:.2f}"
                                     for k, t in (v.get("median_harness_cpu_s") or {}).items()),
             "spread_med": v.get("median_in_batch_spread"),
+            "timing_diag": " ".join(f"{k}={t:.3g}"
+                                    for k, t in (v.get("median_timing_diag") or {}).items()),
             "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
              "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
-             "honest_passed", "cheats_rejected", "phases", "steps", "harness",
+             "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]
 
 
@@ -373,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     if "timer" in result:
         print(_table("\ntimer vs do_bench", result["timer"],
                      ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread",
-                  "within_run_spread"]))
+                      "within_run_spread", "host_late", "flush_ms", "host_ms"]))
         print(_table("\nsame kernel: in the batch vs on the quiet device afterwards",
                      result["in_batch_vs_quiet"], ["kernel", "batch_label", "in_batch_ms",
                                                    "quiet_ms", "ratio", "in_batch_spread",
+                                                   "in_batch_host_late",
                                                    "quiet_within_run_spread"]))
     bad = [r for r in result["cold"]["rows"] if r["passed"] == r["label"].startswith("cheat_")]
     print(_table("\nunexpected verdicts (honest rejected / cheat passed)", bad,

@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from services.verifier.quiet import QUIET, TIMING_NICE, CpuMeter, others_paused, renice
+
 if TYPE_CHECKING:  # sandbox imports this module at run time
     from services.verifier.sandbox import Limits
 
@@ -29,7 +31,6 @@ SHARED, READY, DONE, WARM = "KZ-SHARED", "KZ-READY", "KZ-DONE", "KZ-WARM"
 YIELD = "KZ-YIELD"  # between steps of a shared phase: the lock may go to a timed phase
 UID_BASE = 61000
 UID_RANGE = 1024  # host-wide: every verifier process on the host shares it
-TIMING_NICE = -10  # the exclusive timing phase outranks every other sandbox (nice 0)
 
 
 class UidPool:
@@ -120,15 +121,19 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
         if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, lap):
             return False
     if ctrl.ready.is_set() and proc.poll() is None:
-        with gates.exclusive(), others_paused(uid):
+        with gates.exclusive(), others_paused(_others(uid)) as paused:
             lap("exclusive_wait")
             renice(proc, TIMING_NICE)
+            cpu = CpuMeter()
             send(proc, b"GO\n")
             try:
                 return wait(proc, ctrl.done, limits.timing_wall_s)
             finally:
                 renice(proc, 0)
                 lap("exclusive")  # timed runs
+                # what else ran meanwhile: host CPU busy, sandboxes paused / gone (diagnostics)
+                t["exclusive_cpu_busy"] = cpu.busy() or 0.0
+                t["exclusive_paused"], t["exclusive_gone"] = paused["stopped"], paused["gone"]
     return True
 
 
@@ -157,82 +162,12 @@ def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: 
             ctrl.step.clear()
 
 
-@contextmanager
-def others_paused(own_uid: int | None) -> Iterator[None]:
-    """SIGSTOP every other sandbox on the host (the shared uid range) while one is timed.
-
-    The exclusive lock keeps other candidates' correctness kernels off the GPU, but not
-    their CPU work (imports, gcc, tensor I/O) nor their compile warm-up kernels, which
-    run outside the lock: on the H200 with 12 workers the within-run spread of short
-    kernels was 30-280% in batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s
-    of a timed phase, they lose only that time (their wall clocks are generous). Without
-    a sandbox uid (rlimits-only mode) nothing is paused."""
+def _others(own_uid: int | None) -> Callable[[], list[int]] | None:
+    """Lists every other sandbox process on the host (None without a sandbox uid)."""
     if own_uid is None:
-        yield
-        return
-    stopped: list[int] = []
-    _QUIET.begin()  # and no new sandbox starts (imports, CUDA context) until it is timed
-    try:
-        for _ in range(5):  # again until a pass finds nobody new (children forked meanwhile)
-            new = [pid for lo, hi in ((UID_BASE, own_uid), (own_uid + 1, UID_BASE + UID_RANGE))
-                   for pid in live_uid_processes(lo, hi) if pid not in stopped]
-            if not new:
-                break
-            for pid in new:
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                    stopped.append(pid)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        yield
-    finally:
-        _QUIET.end()
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-class _Quiet:
-    """Counts timed phases in progress; sandbox starts wait for none (bounded)."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._timing = 0
-
-    def begin(self) -> None:
-        with self._cv:
-            self._timing += 1
-
-    def end(self) -> None:
-        with self._cv:
-            self._timing -= 1
-            self._cv.notify_all()
-
-    def wait(self, timeout: float) -> bool:
-        with self._cv:
-            return self._cv.wait_for(lambda: self._timing == 0, timeout)
-
-
-_QUIET = _Quiet()
-QUIET_WAIT_S = 90.0  # longer than a timed phase may last (timing_timeout_s, 60 s)
-
-
-def renice(proc: subprocess.Popen, nice: int) -> None:  # type: ignore[type-arg]
-    """Set the whole sandbox's scheduling priority (its process group; root only).
-
-    The timed runs launch each kernel from the host between two CUDA events: a timed
-    process that other sandboxes' torch imports and compiles push off its core idles
-    the GPU inside the measured interval (spreads of 30-100% in a busy H200 batch).
-    Waking first is all the boost buys: the device lock is exclusive anyway.
-    """
-    if os.geteuid() != 0:
-        return
-    try:
-        os.setpriority(os.PRIO_PGRP, proc.pid, nice)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
+        return None
+    ranges = ((UID_BASE, own_uid), (own_uid + 1, UID_BASE + UID_RANGE))
+    return lambda: [pid for lo, hi in ranges for pid in live_uid_processes(lo, hi)]
 
 
 def send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]
@@ -400,7 +335,7 @@ class _Spawner:
     def _serve(self) -> None:
         while True:
             cmd, kwargs, done = self._jobs.get()
-            _QUIET.wait(QUIET_WAIT_S)  # a start (torch import, CUDA context) disturbs timing
+            QUIET.wait()  # a start (torch import, CUDA context) disturbs timing
             try:
                 done.set_result(subprocess.Popen(cmd, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller

@@ -55,6 +55,7 @@ class Timer:
         self._cycles: int | None = None
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self._gap0: float | None = None
+        self.last_loop = _Shadow([], [])
 
     def spacer_cycles(self) -> int:
         """Spin cycles for `spacer_us`, calibrated once on this device (clocks vary)."""
@@ -78,11 +79,16 @@ class Timer:
 
     def _loop(self, fns: Sequence[Callable[[], Any]], runs: int,
               strict: bool = False) -> tuple[list[float], list[float], list[Any]]:
-        starts, e1s, e2s = self._events(runs), self._events(runs), self._events(runs)
+        f0s, starts = self._events(runs), self._events(runs)
+        e1s, e2s = self._events(runs), self._events(runs)
         last: list[Any] = [None] * len(fns)
+        host: list[float] = []
         cycles = self.spacer_cycles()
+        clock = time.perf_counter
         for i in range(runs):
             k = i % len(fns)
+            h0 = clock()
+            self.record(f0s[i])
             self.zero_(self.flush)
             if strict:
                 self.sync()  # idle device: side-stream work cannot start before `start`
@@ -90,12 +96,14 @@ class Timer:
                 self.spin(cycles)
             self.record(starts[i])
             last[k] = fns[k]()
+            host.append((clock() - h0) * 1e3)
             self.record(e1s[i])
             self.sync()  # whole device: side-stream work finishes before e2
             self.record(e2s[i])
         self.sync()
         t1 = [self.elapsed(s, e) for s, e in zip(starts, e1s)]
         t2 = [self.elapsed(s, e) for s, e in zip(starts, e2s)]
+        self.last_loop = _Shadow([self.elapsed(a, b) for a, b in zip(f0s, starts)], host)
         return t1, t2, last
 
     def _warm(self, fns: Sequence[Callable[[], Any]], warmup: int,
@@ -158,13 +166,31 @@ class Timer:
             _, t2, last = self._loop(fns, runs, strict=True)
             times = [max(b - gap0, 0.0) for b in t2]
         med = _median(times)
+        shadow = self.last_loop
         return {
             "median_ms": med, "p10_ms": _quantile(times, 0.1), "p90_ms": _quantile(times, 0.9),
             "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / med if med > 0 else None,
             "runs": runs, "side_stream": side_stream, "stream_median_ms": med1,
             "gap_ms": _median(gaps), "gap0_ms": gap0, "spacer_us": self.spacer_us,
+            "flush_ms": _median(shadow.flush_ms), "host_ms": _median(shadow.host_ms),
+            "host_late": shadow.late_fraction(),
             "last_outputs": last,
         }
+
+
+class _Shadow:
+    """Per run: the device time of the flush before `start` (the shadow in which the host
+    launches the candidate) and the host time from the flush's enqueue to the candidate's
+    return. A run whose host time exceeds its shadow let the device reach `start` before
+    the candidate was queued: the host's launch (or a descheduled host) was timed too.
+    A slow flush means other work shared the device. Diagnostics for a busy host."""
+
+    def __init__(self, flush_ms: list[float], host_ms: list[float]) -> None:
+        self.flush_ms, self.host_ms = flush_ms, host_ms
+
+    def late_fraction(self) -> float:
+        late = sum(h > f for f, h in zip(self.flush_ms, self.host_ms))
+        return late / max(1, len(self.host_ms))
 
 
 def _spread_key(st: dict[str, Any]) -> float:

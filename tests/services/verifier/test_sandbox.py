@@ -178,7 +178,7 @@ def test_uids_are_exclusive_across_pools(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority needs root")
 def test_timing_boost_reaches_every_process_of_the_sandbox() -> None:
-    from services.verifier.sandbox_supervise import TIMING_NICE, renice
+    from services.verifier.quiet import TIMING_NICE, renice
 
     # A launcher that forks its payload, as unshare --fork does: both must be boosted.
     proc = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
@@ -280,7 +280,8 @@ def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, base: Path) ->
                    and sandbox.live_uid_processes(other.uid, other.uid + 1)):
             assert time.monotonic() < deadline, "sandboxes did not start"
             time.sleep(0.05)
-        with pytest.raises(RuntimeError), sandbox.S.others_paused(timed.uid):
+        with pytest.raises(RuntimeError), sandbox.S.others_paused(sandbox.S._others(timed.uid)) as info:
+            assert info["stopped"] >= 1
             stop_by = time.monotonic() + 2  # SIGSTOP lands when the target is next scheduled
             while _states(other.uid) != {"T"}:
                 assert time.monotonic() < stop_by, f"not stopped: {_states(other.uid)}"
@@ -308,7 +309,7 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
         started.append(time.monotonic())
         p.wait()
 
-    with pytest.raises(RuntimeError), sandbox.S.others_paused(sandbox.S.UID_BASE):
+    with pytest.raises(RuntimeError), sandbox.S.others_paused(sandbox.S._others(sandbox.S.UID_BASE)):
         t = threading.Thread(target=start)
         t.start()
         time.sleep(0.5)

@@ -55,3 +55,10 @@ def test_side_stream_work_is_reported_not_retried_away(first: bool) -> None:
     t, calls = _timer(seq)
     st = t.time([], warmup=3, runs=10)
     assert st["side_stream"] and st["median_ms"] == 5.0 and len(calls) == (1 if first else 2)
+
+
+def test_a_run_whose_host_outlasts_its_flush_counts_as_late() -> None:
+    """The device reached `start` before the candidate was queued: the host was timed."""
+    shadow = timing._Shadow(flush_ms=[0.08, 0.08, 0.08, 0.08], host_ms=[0.03, 0.09, 0.07, 0.5])
+    assert shadow.late_fraction() == 0.5
+    assert timing._Shadow([], []).late_fraction() == 0.0
