@@ -48,15 +48,17 @@ VARIANTS = {
 # `import torch` again under other conditions: fewer OpenMP threads, and the bytecode of
 # every module found already compiled (a pycache prefix filled beforehand), to see whether
 # a site-packages without .pyc files (and `-B`, which never writes any) costs the CPU.
-ENV_VARIANTS = {"import torch, OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
-                "import torch, precompiled pycache prefix": {"PYTHONPYCACHEPREFIX": "{prefix}"}}
+# (-I ignores PYTHON* variables: the prefix goes in with -X, as a sandbox would pass it.)
+ENV_VARIANTS = {"import torch, OMP_NUM_THREADS=1": ({"OMP_NUM_THREADS": "1"}, []),
+                "import torch, OMP_NUM_THREADS=2 (the sandbox's)": ({"OMP_NUM_THREADS": "2"}, []),
+                "import torch, precompiled pycache prefix": ({}, ["-X", "pycache_prefix={prefix}"])}
 
 
-def run(code: str, env: dict[str, str] | None = None) -> tuple[float, float, float]:
+def run(code: str, env: dict[str, str] | None = None,
+        args: list[str] | None = None) -> tuple[float, float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-B", "-c", code] if env else
-                   [sys.executable, "-I", "-B", "-c", code], check=True,
+    subprocess.run([sys.executable, "-I", "-B", *(args or []), "-c", code], check=True,
                    env={**os.environ, **env} if env else None)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -93,12 +95,12 @@ def main() -> int:
     args = ap.parse_args()
     prefix = tempfile.mkdtemp(prefix="kz-pycache-")
     fill_prefix(prefix)
-    todo = [(name, code, None) for name, code in VARIANTS.items()]
-    todo += [(name, "import torch", {k: v.format(prefix=prefix) for k, v in env.items()})
-             for name, env in ENV_VARIANTS.items()]
+    todo = [(name, code, None, None) for name, code in VARIANTS.items()]
+    todo += [(name, "import torch", env, [a.format(prefix=prefix) for a in extra])
+             for name, (env, extra) in ENV_VARIANTS.items()]
     rows = []
-    for name, code, env in todo:
-        runs = [run(code, env) for _ in range(args.repeat)]
+    for name, code, env, extra in todo:
+        runs = [run(code, env, extra) for _ in range(args.repeat)]
         rows.append({"variant": name, "wall_s": statistics.median(r[0] for r in runs),
                      "cpu_s": statistics.median(r[1] for r in runs),
                      "sys_s": statistics.median(r[2] for r in runs)})

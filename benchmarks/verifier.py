@@ -148,7 +148,8 @@ def cheat_batch() -> list[tuple[str, str, str]]:
 
 
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
-              warm_slots: int = 1, builders: int | None = None) -> dict[str, Any]:
+              warm_slots: int = 1, builders: int | None = None,
+              adaptive_shadow: bool = True) -> dict[str, Any]:
     from benchmarks.host_load import HostLoad
     from services.verifier.core import verify_many
     from services.verifier.options import VerifyOptions
@@ -156,7 +157,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     # Private dirs on tmpfs when there is one: candidates' tensors never touch the disk.
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else ""
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
-                            wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots)
+                            wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
+                            adaptive_shadow=adaptive_shadow)
     if builders:
         options = replace(options, bundle_builders=builders)
     t0 = time.monotonic()
@@ -187,6 +189,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     host = load.summary()
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
             "workers": workers, "bundle_builders": options.bundle_builders,
+            "adaptive_shadow": adaptive_shadow,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
             # host CPU/GPU busy fractions over the batch; CPU core-seconds per candidate
             "host": host, "cpu_s_per_candidate": round(host["cpu_core_s"] / max(1, len(rows)), 2),
@@ -214,7 +217,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
 
 
-TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms")
+TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms",
+               "attempt_medians_ms")
 
 
 def _medians(dicts: list[Any]) -> dict[str, float]:
@@ -238,6 +242,8 @@ def in_batch_vs_quiet(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = {r["label"]: r for r in (result.get("cold") or {}).get("rows", [])}
     out = []
     for t in result.get("timer", []):
+        if t.get("shadow", "adaptive") != "adaptive":
+            continue
         twin = rows.get(t["batch_label"])
         if twin and twin.get("candidate_ms"):
             out.append({"kernel": t["kernel"], "batch_label": t["batch_label"],
@@ -267,23 +273,32 @@ def timer_agreement() -> list[dict[str, Any]]:
         model = import_source(name, src).ModelNew()
         x = make()
         fn = lambda: model(*x)  # noqa: E731
-        stats = [Timer().time([fn], warmup=5, runs=100) for _ in range(5)]
-        medians = [st["median_ms"] for st in stats]
+        # interleaved, side by side: the adaptive shadow and one fixed flush pass
+        both = [(shadow, Timer(adaptive=shadow).time([fn], warmup=5, runs=100))
+                for _ in range(5) for shadow in (True, False)]
         try:
             ref = triton.testing.do_bench(fn, warmup=25, rep=300, return_mode="median")
         except TypeError:
             ref = triton.testing.do_bench(fn, warmup=25, rep=300, quantiles=[0.5])
-        ours = statistics.median(medians)
-        out.append({"kernel": name, "ours_ms": ours, "do_bench_ms": float(ref),
-                    "rel_diff": abs(ours - ref) / ref,
-                    "run_to_run_spread": (max(medians) - min(medians)) / ours,
-                    # (p90-p10)/median inside each run, on this quiet device
-                    "within_run_spread": statistics.median(st["spread"] for st in stats),
-                    "host_late": statistics.median(st["host_late"] for st in stats),
-                    "flush_ms": statistics.median(st["flush_ms"] for st in stats),
-                    "host_ms": statistics.median(st["host_ms"] for st in stats),
-                    "medians_ms": medians, "batch_label": BATCH_TWIN[name]})
+        for shadow in (True, False):
+            stats = [st for s, st in both if s == shadow]
+            out.append(_agreement_row(name, "adaptive" if shadow else "fixed", stats, ref))
     return out
+
+
+def _agreement_row(name: str, shadow: str, stats: list[dict[str, Any]],
+                   ref: float) -> dict[str, Any]:
+    medians = [st["median_ms"] for st in stats]
+    ours = statistics.median(medians)
+    return {"kernel": name, "shadow": shadow, "ours_ms": ours, "do_bench_ms": float(ref),
+            "rel_diff": abs(ours - ref) / ref,
+            "run_to_run_spread": (max(medians) - min(medians)) / ours,
+            # (p90-p10)/median inside each run, on this quiet device
+            "within_run_spread": statistics.median(st["spread"] for st in stats),
+            "host_late": statistics.median(st["host_late"] for st in stats),
+            "flush_ms": statistics.median(st["flush_ms"] for st in stats),
+            "host_ms": statistics.median(st["host_ms"] for st in stats),
+            "medians_ms": medians, "batch_label": BATCH_TWIN[name]}
 
 
 def _table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:
@@ -329,9 +344,10 @@ PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_s
 def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
-    unknown = set(kv) - {"workers", "slots", "builders"}
+    unknown = set(kv) - {"workers", "slots", "builders", "shadow"}
     if not name or unknown:
-        raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N")
+        raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
+                         "shadow=0|1")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -366,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = batch[::3]
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    default = {"workers": args.workers, "slots": 1, "builders": 0}
+    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -376,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                for name, kv in map(_parse_config, args.config)]
     for name, pass_cache, cfg in passes:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
-                                 cfg["builders"] or None)
+                                 cfg["builders"] or None, bool(cfg["shadow"]))
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:
@@ -387,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                  [_pass_row(k, result[k]) for k, _, _ in passes], PASS_COLS))
     if "timer" in result:
         print(_table("\ntimer vs do_bench", result["timer"],
-                     ["kernel", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread",
+                     ["kernel", "shadow", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread",
                       "within_run_spread", "host_late", "flush_ms", "host_ms"]))
         print(_table("\nsame kernel: in the batch vs on the quiet device afterwards",
                      result["in_batch_vs_quiet"], ["kernel", "batch_label", "in_batch_ms",

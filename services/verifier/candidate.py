@@ -133,7 +133,8 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
         n = options.n_timing_runs
         job["timing"] = {"shape_index": timing["shape_index"], "files": timing["files"],
                          "warmup": options.warmup, "runs": n + secrets.randbelow(n // 4 + 1),
-                         "flush_bytes": options.flush_mb << 20}
+                         "flush_bytes": options.flush_mb << 20,
+                         "adaptive_shadow": options.adaptive_shadow}
     return job
 
 

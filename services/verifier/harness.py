@@ -363,7 +363,9 @@ def main() -> None:
     if DEVICE == "cuda":
         from kz_timing import Timer
 
-        TIMER = Timer(JOB["timing"]["flush_bytes"]) if JOB.get("timing") else Timer(1 << 20)
+        spec = JOB.get("timing")
+        TIMER = Timer(spec["flush_bytes"], spec.get("adaptive_shadow", True)) if spec \
+            else Timer(1 << 20)
     _install_launch_counter()
     _mark("setup")
     try:

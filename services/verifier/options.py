@@ -36,6 +36,7 @@ class VerifyOptions:
     n_timing_runs: int = 50  # median of this many (randomly up to +25%) runs
     warmup: int = 3
     flush_mb: int = 256  # L2 flush buffer (>= 2x L2)
+    adaptive_shadow: bool = True  # flush for as long as the host takes to launch (timing.py)
     sol_margin: float = 0.75  # reject times below margin * speed-of-light bound
     policy: str = DEFAULT_POLICY
     isolation: str = "auto"  # or a mode from sandbox.MODES

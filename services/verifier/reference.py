@@ -185,7 +185,8 @@ def _run(slot: RefSlot, options: VerifyOptions, base: Path, timing: bool,
            "hi_budget_s": options.reference_timeout_s / 4,
            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
-                      "flush_bytes": options.flush_mb << 20} if timing else None}
+                      "flush_bytes": options.flush_mb << 20,
+                      "adaptive_shadow": options.adaptive_shadow} if timing else None}
     res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
     W.copy_tree(slot.cache, slot.shared)
     return _collect(slot.work, job, res, tols, family, meta_lit, base, options)

@@ -244,7 +244,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
     for k, v in META["shapes"][s]["overrides"].items():
         setattr(mod, k, v)
     baselines = _baselines(mod, s, models[s])
-    timer = Timer(spec["flush_bytes"])
+    timer = Timer(spec["flush_bytes"], spec.get("adaptive_shadow", True))
     if not _gate("KZ-READY"):
         return
     out = {"shape_index": s, "files": [META["trials"][i]["file"] for i in trials],

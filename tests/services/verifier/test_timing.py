@@ -62,3 +62,37 @@ def test_a_run_whose_host_outlasts_its_flush_counts_as_late() -> None:
     shadow = timing._Shadow(flush_ms=[0.08, 0.08, 0.08, 0.08], host_ms=[0.03, 0.09, 0.07, 0.5])
     assert shadow.late_fraction() == 0.5
     assert timing._Shadow([], []).late_fraction() == 0.0
+
+
+def _shadowed(pass_ms: float) -> Timer:
+    import torch
+
+    t = Timer.__new__(Timer)
+    t.flush = torch.empty(1 << 20, dtype=torch.int32)  # a CPU stand-in: only sizes matter
+    t.adaptive, t._pass_ms, t.passes, t.extra = True, pass_ms, 1, None
+    return t
+
+
+def test_the_shadow_outlasts_the_hosts_launch_by_the_margin() -> None:
+    t = _shadowed(pass_ms=0.05)
+    t._fit_shadow([0.1] * 9 + [0.01])  # p90 0.1 ms -> 0.13 ms of flush: 2 passes + 0.6 of one
+    assert t.passes == 2 and t.extra is not None
+    assert abs(t.extra.numel() / t.flush.numel() - 0.6) < 0.01
+    t._fit_shadow([0.01] * 10)  # a fast host: one pass, as before
+    assert t.passes == 1 and t.extra is None
+    t._fit_shadow([50.0] * 10)  # a host that takes forever: capped
+    assert t.passes * 0.05 <= timing.MAX_SHADOW_MS + 1e-9
+
+
+def test_a_fixed_shadow_never_changes() -> None:
+    t = _shadowed(pass_ms=0.05)
+    t.adaptive = False
+    t._fit_shadow([1.0] * 10)
+    assert t.passes == 1 and t.extra is None
+
+
+def test_an_attempt_outlasted_by_its_host_is_retried_even_if_steady() -> None:
+    late = {**_st(2.0, 0.02), "host_late": 0.9}  # steady, but the launch was timed
+    t, calls = _timer([late, {**_st(1.0, 0.05), "host_late": 0.0}])
+    st = t.time([], warmup=3, runs=10)
+    assert len(calls) == 2 and st["median_ms"] == 1.0
