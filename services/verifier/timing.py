@@ -7,9 +7,10 @@ Each run: flush L2 (write a buffer >= 2x L2), record `start`, run, record `e1` o
 current stream, synchronise the whole device, record `e2`. `e1 - start` is the
 accurate device time of work on the current stream. `e2 - start` also covers work on
 any other stream, plus a host wake-up latency that we calibrate with an empty
-function. If the candidate's `e2 - e1` gap exceeds the calibrated gap, work escaped
-the current stream and we report the device-synchronised time instead: a side-stream
-kernel cannot make itself look fast.
+function, run just before each of the candidate's runs under the same shadow (the gap
+depends on how long the host waited). If the candidate's `e2 - e1` gap exceeds the
+calibrated gap, work escaped the current stream and we report the device-synchronised
+time instead: a side-stream kernel cannot make itself look fast.
 
 The flush is also the SHADOW in which the host launches the candidate: while the
 device writes the flush buffer, the host queues `start`, the candidate's kernels and
@@ -57,7 +58,6 @@ class Timer:
         self.adaptive = adaptive  # False: one flush pass, whatever the host (the old timer)
         self.passes = 1  # the shadow: whole flush passes, then a slice of the buffer
         self.extra: torch.Tensor | None = None
-        self._gap0: float | None = None
         self._pass_ms: float | None = None  # device time of one flush pass, calibrated once
         self._empty_host_ms = 0.0  # host time of a run around an empty function
         self.last_loop = _Shadow([], [])
@@ -125,17 +125,28 @@ class Timer:
         n = int(rest * self.flush.numel()) // 1024 * 1024
         self.extra = self.flush[:n] if n else None
 
-    def gap0(self) -> float:
-        """Median host wake-up gap (e2 - e1) of an empty function, calibrated once."""
-        if self._gap0 is None:
-            self._loop([lambda: None], 5)
-            t1, t2, _ = self._loop([lambda: None], 31)
-            self._gap0 = _median([b - a for a, b in zip(t1, t2)])
-            self._pass_ms = _median(self.last_loop.flush_ms) / (
-                self.passes + (self.extra.numel() / self.flush.numel() if self.extra is not None
-                               else 0.0))
-            self._empty_host_ms = _median(self.last_loop.host_ms)  # the loop's own host time
-        return self._gap0
+    def _calibrate(self) -> None:
+        """Once: the device time of one flush pass and the loop's own host time per run."""
+        if self._pass_ms is None:
+            self.passes, self.extra = 1, None
+            self._loop([_noop], 5)
+            self._loop([_noop], 31)
+            self._pass_ms = _median(self.last_loop.flush_ms)
+            self._empty_host_ms = _median(self.last_loop.host_ms)
+
+    def _paired(self, fns: Sequence[Callable[[], Any]], runs: int,
+                strict: bool = False) -> tuple[list[float], list[float], float, list[Any]]:
+        """`runs` runs, each right after a run of an empty function under the same shadow:
+        the empty runs' median e2 - e1 is the host's wake-up gap under the very conditions
+        of the candidate's runs (it grows when the host waits longer in a sync: measured
+        17-20 us after a short shadow, 22-34 us after a long one, in a busy H200 batch).
+        Returns the candidate's t1, t2, that gap and its last outputs per input set."""
+        seq = [f for fn in fns for f in (_noop, fn)]
+        t1, t2, last = self._loop(seq, 2 * runs, strict)
+        shadow = self.last_loop
+        self.last_loop = _Shadow(shadow.flush_ms[1::2], shadow.host_ms[1::2])
+        gap0 = _median([b - a for a, b in zip(t1[0::2], t2[0::2])])
+        return t1[1::2], t2[1::2], gap0, last[1::2]
 
     def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
              attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
@@ -164,13 +175,13 @@ class Timer:
     def _attempt(self, fns: Sequence[Callable[[], Any]], warmup: int,
                  runs: int) -> dict[str, Any]:
         host = self._warm(fns, warmup)
-        gap0 = self.gap0()
+        self._calibrate()
         if self.last_loop.host_ms and self.last_loop.late_fraction() > LATE_OK:
             host = self.last_loop.host_ms  # a retry: the last attempt's own launch times
         else:  # the warm-up's calls, plus what the loop adds around them (events, flush)
             host = [h + self._empty_host_ms for h in host]
         self._fit_shadow(host)
-        t1, t2, last = self._loop(fns, runs)
+        t1, t2, gap0, last = self._paired(fns, runs)
         shadow = self.last_loop
         gaps = [b - a for a, b in zip(t1, t2)]
         med1 = _median(t1)
@@ -180,8 +191,8 @@ class Timer:
         if side_stream:
             # Work escaped the current stream (and may have overlapped the flush):
             # re-time with an idle device before each start, whole-device end point.
-            _, t2, last = self._loop(fns, runs, strict=True)
-            times = [max(b - gap0, 0.0) for b in t2]
+            _, t2, gap_strict, last = self._paired(fns, runs, strict=True)
+            times = [max(b - gap_strict, 0.0) for b in t2]
         med = _median(times)
         return {
             "median_ms": med, "p10_ms": _quantile(times, 0.1), "p90_ms": _quantile(times, 0.9),
@@ -208,6 +219,10 @@ class _Shadow:
     def late_fraction(self) -> float:
         late = sum(h > f for f, h in zip(self.flush_ms, self.host_ms))
         return late / max(1, len(self.host_ms))
+
+
+def _noop() -> None:
+    return None
 
 
 def _spread_key(st: dict[str, Any]) -> tuple[bool, float]:
