@@ -218,7 +218,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms",
-               "attempt_medians_ms")
+               "attempt_medians_ms", "shadow_ratio", "side_stream")
 
 
 def _medians(dicts: list[Any]) -> dict[str, float]:

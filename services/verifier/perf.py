@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,7 @@ def fingerprint(device: str, device_name: str | None, isolation: str) -> dict[st
         fp["gpu"] = device_name or "unknown"
         fp["cuda_runtime"] = str(torch.version.cuda)
         fp["driver"] = _driver_version()
+    fp["torch_bytecode"] = _bytecode()
     for k in sorted(os.environ):
         if k.startswith(("TRITON_", "CUDA_", "KZ_VERIFIER", "NVIDIA_", "TORCH_")):
             fp[f"env.{k}"] = os.environ[k]
@@ -162,6 +164,22 @@ def gpu_name_hint() -> str | None:
         if m:
             return m.group(1).strip()
     return None
+
+
+@lru_cache(maxsize=1)
+def _bytecode() -> str:
+    """Whether torch's modules come with .pyc files. Sandboxes run `python -B` (they never
+    write any), so without them every sandbox compiles the ~2000 modules `import torch`
+    loads: 0.5-1.0 CPU-s per sandbox on the H200 host's image, which has none
+    (benchmarks/results/import_probe_NVIDIA_H200_2026-12-03c.json). Fix the image:
+    `python -m compileall` over site-packages (and the stdlib, if the image stripped it)."""
+    import importlib.util
+
+    src = getattr(torch, "__file__", None)
+    if not src:
+        return "unknown"
+    return "precompiled" if os.path.exists(importlib.util.cache_from_source(src)) else \
+        "missing: run python -m compileall over site-packages"
 
 
 def _driver_version() -> str:

@@ -41,8 +41,8 @@ MAX_SHADOW_MS = 0.6
 LATE_OK = 0.1  # an attempt with more runs than this whose host outlasted the shadow is retried
 # A shadow slower than this x its calibrated time had company on the device: work the
 # candidate launched on another stream ran inside it, before `start` (measured on the H200:
-# a 0.26 ms side-stream copy hid entirely in a 0.1 ms shadow, stretching it to 0.35 ms; honest
-# kernels' shadows read 0.95-1.1x). Treated as side-stream work: timed again strictly.
+# a 0.26 ms side-stream copy hid entirely in a 0.1 ms shadow, stretching it to 0.35 ms; the
+# honest copy's read 0.997-0.999x). Treated as side-stream work: timed again strictly.
 SHADOW_SLOW = 1.25
 # A run whose (p90-p10)/median exceeds this was disturbed (on a quiet H200 honest kernels
 # show 0.03-0.06; in a busy 12-worker batch identical kernels read up to 2.4x slow with
