@@ -149,16 +149,18 @@ def cheat_batch() -> list[tuple[str, str, str]]:
 
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
-              adaptive_shadow: bool = True) -> dict[str, Any]:
+              adaptive_shadow: bool = True, zygote: bool = False) -> dict[str, Any]:
     from benchmarks.host_load import HostLoad
     from services.verifier.core import verify_many
     from services.verifier.options import VerifyOptions
+    from services.verifier.sandbox import ZYGOTE_MODE
 
     # Private dirs on tmpfs when there is one: candidates' tensors never touch the disk.
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else ""
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
-                            adaptive_shadow=adaptive_shadow)
+                            adaptive_shadow=adaptive_shadow,
+                            isolation=ZYGOTE_MODE if zygote else "auto")
     if builders:
         options = replace(options, bundle_builders=builders)
     t0 = time.monotonic()
@@ -344,10 +346,10 @@ PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_s
 def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
-    unknown = set(kv) - {"workers", "slots", "builders", "shadow"}
+    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
-                         "shadow=0|1")
+                         "shadow=0|1,zygote=0|1")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -364,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="at most this many candidates")
     ap.add_argument("--config", action="append", default=[], metavar="NAME:K=V,...",
                     help="an extra cold pass (own fresh cache) with other settings, side by "
-                         "side with the default one; keys: workers, slots, builders")
+                         "side with the default one; keys: workers, slots, builders, shadow "
+                         "(0|1), zygote (0|1: sandboxes forked by the fork server)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = batch[::3]
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1}
+    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": 0}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -392,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                for name, kv in map(_parse_config, args.config)]
     for name, pass_cache, cfg in passes:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
-                                 cfg["builders"] or None, bool(cfg["shadow"]))
+                                 cfg["builders"] or None, bool(cfg["shadow"]),
+                                 bool(cfg["zygote"]))
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

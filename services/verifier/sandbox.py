@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from services.verifier import cgroups
+from services.verifier import cgroups, zygote_client
 from services.verifier import sandbox_mounts as M
 from services.verifier import sandbox_supervise as S
 from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for callers
@@ -33,6 +33,9 @@ from services.verifier.exceptions import SandboxError
 
 MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+# The unshare+uid sandbox, forked from a server that has torch imported (zygote.py) instead
+# of a fresh interpreter per sandbox. Opt-in until measured on a GPU host: never "auto".
+ZYGOTE_MODE = "unshare+zygote+uid"
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ def available_modes(device: str) -> tuple[str, ...]:
         modes.append("bwrap+uid" if root else "bwrap")
     if root and shutil.which("unshare") and _probe("unshare+uid", device):
         modes.append("unshare+uid")
+        modes.append(ZYGOTE_MODE)  # the same primitives, set up in-process
     if root and shutil.which("setpriv"):
         modes.append("uid+rlimits")
     modes.append("rlimits")
@@ -94,7 +98,7 @@ def available_modes(device: str) -> tuple[str, ...]:
 def choose_mode(requested: str, device: str) -> str:
     modes = available_modes(device)
     if requested == "auto":
-        return modes[0]
+        return next(m for m in modes if m != ZYGOTE_MODE)
     if requested not in modes:
         raise SandboxError(f"isolation {requested!r} unavailable here; available: {modes}")
     return requested
@@ -140,17 +144,24 @@ def _prlimit(limits: Limits, device: str) -> list[str]:
     return a + ["--"]
 
 
+def _rlimits(limits: Limits, device: str) -> dict[str, tuple[int, int]]:
+    """The prlimit settings, for a sandbox that sets them itself (the zygote's children)."""
+    out = {"cpu": (limits.cpu_s, limits.cpu_s + 5), "core": (0, 0),
+           "fsize": (limits.fsize_bytes, limits.fsize_bytes),
+           "nproc": (limits.nproc, limits.nproc), "nofile": (4096, 4096)}
+    if device == "cpu" and limits.memory_bytes:
+        out["as"] = (limits.memory_bytes, limits.memory_bytes)
+    return out
+
+
 def _rlimit_preexec(limits: Limits, device: str) -> Callable[[], None]:
     """Fallback where prlimit is missing (preexec_fn: only resource calls, no imports)."""
     import resource
 
-    pairs = [(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5)),
-             (resource.RLIMIT_CORE, (0, 0)),
-             (resource.RLIMIT_FSIZE, (limits.fsize_bytes, limits.fsize_bytes)),
-             (resource.RLIMIT_NPROC, (limits.nproc, limits.nproc)),
-             (resource.RLIMIT_NOFILE, (4096, 4096))]
-    if device == "cpu" and limits.memory_bytes:
-        pairs.append((resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes)))
+    names = {"cpu": resource.RLIMIT_CPU, "core": resource.RLIMIT_CORE,
+             "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
+             "nofile": resource.RLIMIT_NOFILE, "as": resource.RLIMIT_AS}
+    pairs = [(names[k], v) for k, v in _rlimits(limits, device).items()]
 
     def apply() -> None:
         for res, value in pairs:
@@ -237,8 +248,11 @@ class Process:
         self._done = False
         try:
             self.own()
-            cmd = _command(mode, view, argv, self.uid, self.cg, base, limits)
-            self._start(cmd, {**env, "PATH": SAFE_PATH})  # launcher tools live in sbin (chroot)
+            env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin (chroot)
+            if mode == ZYGOTE_MODE:
+                self._fork(argv, env, base)
+            else:
+                self._start(_command(mode, view, argv, self.uid, self.cg, base, limits), env)
         except BaseException:
             self._teardown()
             raise
@@ -268,6 +282,40 @@ class Process:
                 start_new_session=True, close_fds=True, cwd=self.view.work, pass_fds=(ctrl_w,),
                 preexec_fn=preexec)
         os.close(ctrl_w)
+        self._attach(ctrl_r, ctrl_w)
+
+    def _fork(self, argv: list[str], env: dict[str, str], base: Path) -> None:
+        """The same sandbox as unshare+uid, forked by the zygote (zygote.py has the steps)."""
+        self.err_path = Path(self.view.work) / ".stderr"
+        root = base / f"root-{uuid.uuid4().hex[:8]}"
+        root.mkdir()
+        mounts, late = M.chroot_parts(self.view, str(root))
+        inside = _paths_inside(ZYGOTE_MODE, self.view)
+        request = {"uid": self.uid, "cgroup_procs": self.cg.procs_files if self.cg else [],
+                   "mounts": mounts, "late_mounts": late, "root": str(root),
+                   "cwd": inside.work, "rlimits": _rlimits(self.limits, self.view.device),
+                   "env": env, "argv": argv}
+        ctrl_r, ctrl_w = os.pipe()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        ours = [in_r, out_w, ctrl_w]
+        try:
+            with open(self.err_path, "wb") as err:
+                request["ctrl_fd"] = ctrl_w
+                self.proc = zygote_client.get(env).spawn(  # type: ignore[assignment]
+                    request, [in_r, out_w, err.fileno(), ctrl_w],
+                    os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"))
+        except BaseException:
+            os.close(ctrl_r)
+            ours += [in_w, out_r]
+            raise
+        finally:
+            for fd in ours:
+                os.close(fd)
+        self._attach(ctrl_r, ctrl_w)
+
+    def _attach(self, ctrl_r: int, ctrl_w: int) -> None:
+        """Start reading the child's stdout and control pipe; tell it the pipe's number."""
         self.out, self.ctrl = S.Drain(self.proc.stdout), S.Control(ctrl_r)
         self.out.start()
         self.ctrl.start()
@@ -310,6 +358,8 @@ class Process:
     def _stop(self) -> None:
         S.killpg(self.proc)
         self.proc.wait()
+        if isinstance(self.proc, zygote_client.ZygoteProc):
+            self.proc.release()  # only now may its pid be reaped (and reused)
         self.out.join(timeout=2)
         self.ctrl.join(timeout=2)
 

@@ -122,6 +122,13 @@ def stage_script(staged: dict[str, str]) -> str:
 
 def chroot_script(view: View, root: str) -> str:
     """Root-side shell building a minimal root at `root` (inside unshare), bwrap-like."""
+    early, late = chroot_parts(view, root)
+    return early + "\n" + late
+
+
+def chroot_parts(view: View, root: str) -> tuple[str, str]:
+    """`chroot_script` in two: the binds (run in the new mount namespace) and what must run
+    inside the new pid namespace: its /proc, then the whole root read-only."""
     q = shlex.quote
     R = q(root)
     lines = ["set -e", "mount --make-rprivate /",
@@ -145,7 +152,6 @@ def chroot_script(view: View, root: str) -> str:
         ro(p)
     lines += [f"mkdir -p {R}/dev {R}/proc {R}{WORK} {R}{INPUTS} {R}{CACHE}",
               f"mount -t tmpfs -o mode=0755,size=1m kzdev {R}/dev",
-              f"mount -t proc proc {R}/proc",
               f"mount --bind {q(view.work)} {R}{WORK}",
               f"mount --bind {q(view.inputs)} {R}{INPUTS} && "
               f"mount -o remount,bind,ro {R}{INPUTS}",
@@ -157,5 +163,5 @@ def chroot_script(view: View, root: str) -> str:
     for n in nodes:
         lines.append(f"mkdir -p $(dirname {R}{q(n)}) && touch {R}{q(n)} && "
                      f"mount --bind {q(n)} {R}{q(n)}")
-    lines.append(f"mount -o remount,bind,ro {R}")
-    return "\n".join(lines)
+    late = ["set -e", f"mount -t proc proc {R}/proc", f"mount -o remount,bind,ro {R}"]
+    return "\n".join(lines), "\n".join(late)

@@ -10,9 +10,9 @@ any other stream, plus a host wake-up latency that we calibrate with an empty
 function, run just before each of the candidate's runs under the same shadow (the gap
 depends on how long the host waited). If the candidate's `e2 - e1` gap exceeds the
 calibrated gap, work escaped the current stream and we report the device-synchronised
-time instead: a side-stream kernel cannot make itself look fast. Work on another stream can also run INSIDE the
-shadow, before `start`: it then stretches the shadow past its calibrated time, and is
-treated the same way (SHADOW_SLOW).
+time instead: a side-stream kernel cannot make itself look fast. Work on another
+stream can also run INSIDE the shadow (below), before `start`: it then stretches the
+shadow past its calibrated time, and is treated the same way (SHADOW_SLOW).
 
 The flush is also the SHADOW in which the host launches the candidate: while the
 device writes the flush buffer, the host queues `start`, the candidate's kernels and

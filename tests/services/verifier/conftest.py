@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 from services.verifier.core import Session, verify_many
 from services.verifier.options import VerifyOptions
 from services.verifier.report import VerifyReport
+from services.verifier.sandbox import ZYGOTE_MODE, available_modes
 
 HERE = Path(__file__).resolve().parent
 PROBLEMS = HERE / "problems"
@@ -75,17 +76,28 @@ def expect_in(expect: str, report: VerifyReport) -> bool:
     return any(alt.lower() in text for alt in expect.split("|"))
 
 
+# Contract: the verdict suites run against each sandbox backend this host offers: the
+# default one ("auto": bwrap+uid here) and the fork server (same isolation as unshare+uid,
+# torch imported once). A cheat must be rejected, and an honest kernel pass, on both.
+BACKENDS = ["auto"] + ([ZYGOTE_MODE] if ZYGOTE_MODE in available_modes("cpu") else [])
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
-def correct_verdicts() -> dict[str, VerifyReport]:
+def correct_verdicts(backend: str) -> dict[str, VerifyReport]:
     pairs = [(problem_src(p), (SOLUTIONS / f"{s}.py").read_text()) for p, s in CORRECT]
-    reports = verify_many(pairs, CPU_OPTIONS, workers=2)
+    reports = verify_many(pairs, replace(CPU_OPTIONS, isolation=backend), workers=2)
     return {s: r for (_, s), r in zip(CORRECT, reports)}
 
 
 @pytest.fixture(scope="session")
-def cheat_verdicts() -> dict[str, VerifyReport]:
+def cheat_verdicts(backend: str) -> dict[str, VerifyReport]:
     """Every cheat (all are judged on CPU too), plus the runtime_only variants, one session."""
-    session = Session(CPU_OPTIONS)
+    session = Session(replace(CPU_OPTIONS, isolation=backend))
     jobs: list[tuple[str, str, str, str | None]] = []
     for c in ALL_CHEATS:
         jobs.append((c.name, problem_src(c.problem), c.source, None))

@@ -280,7 +280,8 @@ def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, base: Path) ->
                    and sandbox.live_uid_processes(other.uid, other.uid + 1)):
             assert time.monotonic() < deadline, "sandboxes did not start"
             time.sleep(0.05)
-        with pytest.raises(RuntimeError), sandbox.S.others_paused(sandbox.S._others(timed.uid)) as info:
+        others = sandbox.S._others(timed.uid)
+        with pytest.raises(RuntimeError), sandbox.S.others_paused(others) as info:
             assert info["stopped"] >= 1
             stop_by = time.monotonic() + 2  # SIGSTOP lands when the target is next scheduled
             while _states(other.uid) != {"T"}:
@@ -309,7 +310,8 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
         started.append(time.monotonic())
         p.wait()
 
-    with pytest.raises(RuntimeError), sandbox.S.others_paused(sandbox.S._others(sandbox.S.UID_BASE)):
+    others = sandbox.S._others(sandbox.S.UID_BASE)
+    with pytest.raises(RuntimeError), sandbox.S.others_paused(others):
         t = threading.Thread(target=start)
         t.start()
         time.sleep(0.5)
