@@ -11,6 +11,7 @@ beyond the control words used for sequencing the GPU lock (sandbox_supervise.py)
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
@@ -250,9 +251,15 @@ class Process:
             self.own()
             env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin (chroot)
             if mode == ZYGOTE_MODE:
-                self._fork(argv, env, base)
-            else:
-                self._start(_command(mode, view, argv, self.uid, self.cg, base, limits), env)
+                try:
+                    self._fork(argv, env, base)
+                    return
+                except SandboxError as exc:  # the same sandbox, the classic way
+                    logging.getLogger(__name__).warning("fork server failed (%s): using "
+                                                        "unshare+uid", exc)
+                    mode = "unshare+uid"
+                    self.isolation = mode + ("+cgroup" if self.cg else "")
+            self._start(_command(mode, view, argv, self.uid, self.cg, base, limits), env)
         except BaseException:
             self._teardown()
             raise
@@ -298,19 +305,19 @@ class Process:
         ctrl_r, ctrl_w = os.pipe()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
-        ours = [in_r, out_w, ctrl_w]
+        stdin, stdout = os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")  # our ends
+        request["ctrl_fd"] = ctrl_w
         try:
             with open(self.err_path, "wb") as err:
-                request["ctrl_fd"] = ctrl_w
                 self.proc = zygote_client.get(env).spawn(  # type: ignore[assignment]
-                    request, [in_r, out_w, err.fileno(), ctrl_w],
-                    os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"))
+                    request, [in_r, out_w, err.fileno(), ctrl_w], stdin, stdout)
         except BaseException:
             os.close(ctrl_r)
-            ours += [in_w, out_r]
+            stdin.close()
+            stdout.close()
             raise
         finally:
-            for fd in ours:
+            for fd in (in_r, out_w, ctrl_w):  # the child's ends: it holds its own copies
                 os.close(fd)
         self._attach(ctrl_r, ctrl_w)
 

@@ -162,9 +162,9 @@ class Timer:
     def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
              attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
         """Time `fns` (rotated input sets); returns stats in ms and the last output per set
-        of the reported attempt. A disturbed attempt (spread > STABLE_SPREAD, or more than
-        LATE_OK of its runs outlasted by the host, the next shadow then fitted to them) is repeated;
-        interference only ever adds time, so the cleanest attempt is the truest one. An
+        of the reported attempt. A disturbed attempt is repeated: spread > STABLE_SPREAD, or
+        more than LATE_OK of its runs outlasted by the host (the next shadow is then fitted
+        to them); interference only ever adds time, so the cleanest attempt is the truest one. An
         attempt that saw side-stream work ends the search: it is reported as it is."""
         best: dict[str, Any] | None = None
         medians: list[float] = []

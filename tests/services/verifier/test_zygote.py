@@ -75,3 +75,14 @@ def _state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def test_without_a_fork_server_the_same_sandbox_starts_the_classic_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(env: dict[str, str]) -> zygote_client.Zygote:
+        raise sandbox.SandboxError("fork server did not start")
+
+    monkeypatch.setattr(zygote_client, "get", broken)
+    res = _process(tmp_path, "import os; print('uid', os.getuid())").finish(b"")
+    assert "uid 6" in res.stdout_tail  # dropped to a sandbox uid all the same
+    assert res.isolation.startswith("unshare+uid")
