@@ -108,7 +108,12 @@ class Zygote:
                 raise SandboxError(f"fork server unreachable: {exc}") from exc
         try:
             pid = done.result(timeout=SPAWN_TIMEOUT_S)
-        except Exception as exc:  # timeout, or the server's own error
+        except TimeoutError as exc:
+            # A late fork would run with a uid the caller is about to give back: end the
+            # server (and whatever it forks) instead; the next request starts a new one.
+            self.close()
+            raise SandboxError("fork server did not answer in time") from exc
+        except Exception as exc:  # the server's own error (the sandbox never ran)
             raise SandboxError(f"fork server: {exc}") from exc
         with self._lock:
             event, status = self._exits[pid]
