@@ -23,10 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.verifier.core import verify_many  # noqa: E402
-from services.verifier.options import VerifyOptions  # noqa: E402
-from services.verifier.sandbox import ZYGOTE_MODE, available_modes  # noqa: E402
-from tests.services.verifier.conftest import CORRECT, SOLUTIONS, problem_src  # noqa: E402
+from services.verifier.core import verify_many
+from services.verifier.options import VerifyOptions
+from services.verifier.sandbox import ZYGOTE_MODE, available_modes
+from tests.services.verifier.conftest import CORRECT, SOLUTIONS, problem_src
 
 BACKENDS = ("unshare+uid", ZYGOTE_MODE)
 

@@ -26,15 +26,22 @@ Standalone on purpose (stdlib + torch + triton): it runs from the verifier's pac
 
 from __future__ import annotations
 
+import os  # both already loaded by the interpreter itself: nothing on sys.path is read
+import sys
+
+if __name__ == "__main__" and sys.path and sys.path[0] == os.path.dirname(
+        os.path.abspath(__file__)):
+    # Run as a script, Python puts this file's directory (the verifier package) first on
+    # sys.path: a sibling module named like a stdlib one would shadow it in every sandbox.
+    sys.path.pop(0)
+
 import ctypes
 import json
-import os
 import resource
 import select
 import signal
 import socket
 import subprocess
-import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWNET, CLONE_NEWPID = 0x40000000, 0x20000000
@@ -134,12 +141,12 @@ def _run(argv: list[str]) -> None:
     try:
         if rest and rest[0] == "-c":
             sys.argv = ["-c"] + rest[2:]
-            sys.path[0] = ""
+            sys.path.insert(0, "")
             # the sandbox's own payload, as `python -c` would run it (already isolated)
             exec(compile(rest[1], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
         else:
             sys.argv = rest
-            sys.path[0] = os.path.dirname(rest[0])
+            sys.path.insert(0, os.path.dirname(rest[0]))
             runpy.run_path(rest[0], run_name="__main__")
     except SystemExit as e:
         code = e.code
