@@ -196,9 +196,9 @@ def serve(sock: socket.socket) -> None:
             if "release" in req:
                 _release(int(req["release"]), kids, reported)
                 continue
-            if len(fds) != 4:
-                raise ValueError(f"want 4 fds, got {len(fds)}")
-        except ValueError as exc:
+            if len(fds) != 4 or not isinstance(req.get("id"), int):
+                raise ValueError(f"want an id and 4 fds, got {len(fds)} fds")
+        except (ValueError, TypeError, AttributeError) as exc:
             _reply(sock, {"id": None, "error": f"bad request: {exc}"})
             for fd in fds:
                 os.close(fd)
