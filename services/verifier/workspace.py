@@ -58,7 +58,7 @@ def env_for(device: str, inside: M.View, interpret: bool) -> dict[str, str]:
     }
     # Threads for torch's CPU ops. On CUDA the sandbox's CPU work is I/O and launches, and
     # every OpenMP thread costs CPU at `import torch`: 3.95 CPU-s with 1 against 4.23 with
-    # 2 and 6.07 with the H200 host's 16 (benchmarks/results/import_probe_NVIDIA_H200.json).
+    # 2 and 6.07 with the H200 host's 16 (results/import_probe_NVIDIA_H200_2026-12-03c.json).
     threads = "1" if device == "cuda" else "2"
     env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
     if interpret:
