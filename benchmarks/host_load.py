@@ -17,16 +17,7 @@ import threading
 import time
 from typing import Any
 
-
-def _cpu_times() -> tuple[float, float] | None:
-    """(busy, total) jiffies over all cores, or None off Linux."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [float(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+from services.verifier.quiet import cpu_times
 
 
 class HostLoad:
@@ -53,10 +44,10 @@ class HostLoad:
 
     def _run(self) -> None:
         smi = shutil.which("nvidia-smi")
-        last = _cpu_times()
+        last = cpu_times()
         first = last
         while not self._stop.wait(self.period_s):
-            now = _cpu_times()
+            now = cpu_times()
             if now and last and now[1] > last[1]:
                 self.cpu.append((now[0] - last[0]) / (now[1] - last[1]))
             last = now

@@ -114,21 +114,23 @@ class CpuMeter:
     (/proc/stat; None where there is none)."""
 
     def __init__(self) -> None:
-        self._t0 = _jiffies()
+        self._t0 = cpu_times()
 
     def busy(self) -> float | None:
-        t1 = _jiffies()
-        if self._t0 is None or t1 is None or t1[0] <= self._t0[0]:
+        t1 = cpu_times()
+        if self._t0 is None or t1 is None or t1[1] <= self._t0[1]:
             return None
-        total, idle = t1[0] - self._t0[0], t1[1] - self._t0[1]
-        return round(1.0 - idle / total, 3)
+        busy, total = t1[0] - self._t0[0], t1[1] - self._t0[1]
+        return round(busy / total, 3)
 
 
-def _jiffies() -> tuple[int, int] | None:
-    """(total, idle + iowait) jiffies over all CPUs."""
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies over all CPUs since boot (busy: all but idle and iowait), or
+    None off Linux. Also read by benchmarks/host_load.py."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
