@@ -49,9 +49,11 @@ VARIANTS = {
 # every module found already compiled (a pycache prefix filled beforehand), to see whether
 # a site-packages without .pyc files (and `-B`, which never writes any) costs the CPU.
 # (-I ignores PYTHON* variables: the prefix goes in with -X, as a sandbox would pass it.)
-ENV_VARIANTS = {"import torch, OMP_NUM_THREADS=1": ({"OMP_NUM_THREADS": "1"}, []),
-                "import torch, OMP_NUM_THREADS=2 (the sandbox's)": ({"OMP_NUM_THREADS": "2"}, []),
-                "import torch, precompiled pycache prefix": ({}, ["-X", "pycache_prefix={prefix}"])}
+ENV_VARIANTS = {
+    "import torch, OMP_NUM_THREADS=1": ({"OMP_NUM_THREADS": "1"}, []),
+    "import torch, OMP_NUM_THREADS=2 (the sandbox's)": ({"OMP_NUM_THREADS": "2"}, []),
+    "import torch, precompiled pycache prefix": ({}, ["-X", "pycache_prefix={prefix}"]),
+}
 
 
 def run(code: str, env: dict[str, str] | None = None,
@@ -83,7 +85,8 @@ def fill_prefix(prefix: str) -> None:
     code = ("import compileall, importlib.util, sys\n"
             "for p in ('torch', 'triton'):\n"
             "    s = importlib.util.find_spec(p)\n"
-            "    compileall.compile_dir(list(s.submodule_search_locations)[0], quiet=2, workers=8)")
+            "    compileall.compile_dir(list(s.submodule_search_locations)[0], quiet=2,"
+            " workers=8)")
     subprocess.run([sys.executable, "-c", code], check=False,
                    env={**os.environ, "PYTHONPYCACHEPREFIX": prefix})
 

@@ -138,15 +138,14 @@ def inside_view(mode: str, view: M.View) -> M.View:
 def _prlimit(limits: Limits, device: str) -> list[str]:
     if not shutil.which("prlimit"):
         return []  # _rlimit_preexec applies them instead
-    a = ["prlimit", f"--cpu={limits.cpu_s}:{limits.cpu_s + 5}", "--core=0",
-         f"--fsize={limits.fsize_bytes}", f"--nproc={limits.nproc}", "--nofile=4096"]
-    if device == "cpu" and limits.memory_bytes:
-        a.append(f"--as={limits.memory_bytes}")  # CUDA needs huge virtual reservations
-    return a + ["--"]
+    return ["prlimit", *(f"--{name}={soft}:{hard}"
+                         for name, (soft, hard) in _rlimits(limits, device).items()), "--"]
 
 
 def _rlimits(limits: Limits, device: str) -> dict[str, tuple[int, int]]:
-    """The prlimit settings, for a sandbox that sets them itself (the zygote's children)."""
+    """Every sandbox's rlimits, named as prlimit's options: applied by prlimit, by
+    _rlimit_preexec where it is missing, or by the sandbox itself (the zygote's children).
+    No address-space limit on CUDA: it needs huge virtual reservations."""
     out = {"cpu": (limits.cpu_s, limits.cpu_s + 5), "core": (0, 0),
            "fsize": (limits.fsize_bytes, limits.fsize_bytes),
            "nproc": (limits.nproc, limits.nproc), "nofile": (4096, 4096)}
@@ -159,10 +158,9 @@ def _rlimit_preexec(limits: Limits, device: str) -> Callable[[], None]:
     """Fallback where prlimit is missing (preexec_fn: only resource calls, no imports)."""
     import resource
 
-    names = {"cpu": resource.RLIMIT_CPU, "core": resource.RLIMIT_CORE,
-             "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
-             "nofile": resource.RLIMIT_NOFILE, "as": resource.RLIMIT_AS}
-    pairs = [(names[k], v) for k, v in _rlimits(limits, device).items()]
+    from services.verifier.zygote import LIMITS  # the one name -> RLIMIT_* table
+
+    pairs = [(LIMITS[k], v) for k, v in _rlimits(limits, device).items()]
 
     def apply() -> None:
         for res, value in pairs:
