@@ -26,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from services.verifier import cgroups, zygote_client
+from services.verifier.zygote import LIMITS, SAFE_PATH  # one copy: the server is standalone
 from services.verifier import sandbox_mounts as M
 from services.verifier import sandbox_supervise as S
 from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for callers
@@ -33,7 +34,6 @@ from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for
 from services.verifier.exceptions import SandboxError
 
 MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 # The unshare+uid sandbox, forked from a server that has torch imported (zygote.py) instead
 # of a fresh interpreter per sandbox. Opt-in until measured on a GPU host: never "auto".
 ZYGOTE_MODE = "unshare+zygote+uid"
@@ -157,8 +157,6 @@ def _rlimits(limits: Limits, device: str) -> dict[str, tuple[int, int]]:
 def _rlimit_preexec(limits: Limits, device: str) -> Callable[[], None]:
     """Fallback where prlimit is missing (preexec_fn: only resource calls, no imports)."""
     import resource
-
-    from services.verifier.zygote import LIMITS  # the one name -> RLIMIT_* table
 
     pairs = [(LIMITS[k], v) for k, v in _rlimits(limits, device).items()]
 
