@@ -8,6 +8,7 @@ parallel batches here and shared.
 from __future__ import annotations
 
 import ast
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -117,8 +118,11 @@ def cheat_verdicts(backend: str) -> dict[str, VerifyReport]:
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+# KZ_TEST_ISOLATION picks the sandbox backend of the GPU suites (e.g. the fork server), so
+# one device call can run the whole GPU contract against a backend other than the default.
 GPU_OPTIONS = VerifyOptions(device="cuda", wall_timeout_s=120, cpu_seconds=90,
-                            reference_timeout_s=180, n_timing_runs=30)
+                            reference_timeout_s=180, n_timing_runs=30,
+                            isolation=os.environ.get("KZ_TEST_ISOLATION", "auto"))
 
 
 @pytest.fixture(scope="session")
