@@ -39,6 +39,8 @@ def one_batch(options: VerifyOptions) -> dict[str, Any]:
     return {"wall_s": round(time.monotonic() - t0, 2),
             "passed": sum(r.passed for r in reports), "n": len(reports),
             "isolation": sorted({r.isolation for r in reports}),
+            "rejected": [{"solution": s, "stage": r.stage, "reasons": r.reasons[:3]}
+                         for (_, s), r in zip(CORRECT, reports) if not r.passed],
             "startup_cpu_s": [c.get("warm") for c in cpu],
             "sandbox_cpu_s": [c.get("total") for c in cpu]}
 
@@ -72,6 +74,10 @@ def main() -> int:
     for r in rows:
         print(f"{r['backend']} | {r['walls_s']} | {r['passed']} | "
               f"{r['startup_cpu_s_median']} | {r['sandbox_cpu_s_median']}")
+    for name, r in runs:
+        for rej in r["rejected"]:
+            print(f"rejected under {name}: {rej['solution']} at {rej['stage']}: "
+                  f"{'; '.join(rej['reasons'])[:300]}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "sandbox_start.json").write_text(json.dumps(

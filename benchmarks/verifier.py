@@ -149,7 +149,7 @@ def cheat_batch() -> list[tuple[str, str, str]]:
 
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
-              adaptive_shadow: bool = True, zygote: bool = False) -> dict[str, Any]:
+              adaptive_shadow: bool = True, zygote: int = -1) -> dict[str, Any]:
     from benchmarks.host_load import HostLoad
     from services.verifier.core import verify_many
     from services.verifier.options import VerifyOptions
@@ -160,7 +160,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
                             adaptive_shadow=adaptive_shadow,
-                            isolation=ZYGOTE_MODE if zygote else "auto")
+                            isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
     if builders:
         options = replace(options, bundle_builders=builders)
     t0 = time.monotonic()
@@ -367,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", action="append", default=[], metavar="NAME:K=V,...",
                     help="an extra cold pass (own fresh cache) with other settings, side by "
                          "side with the default one; keys: workers, slots, builders, shadow "
-                         "(0|1), zygote (0|1: sandboxes forked by the fork server)")
+                         "(0|1), zygote (1: sandboxes forked by the fork server, 0: the "
+                         "classic unshare+uid chain; default: auto)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -385,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = batch[::3]
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": 0}
+    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, pass_cache, cfg in passes:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
                                  cfg["builders"] or None, bool(cfg["shadow"]),
-                                 bool(cfg["zygote"]))
+                                 cfg["zygote"])
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

@@ -86,3 +86,14 @@ def test_without_a_fork_server_the_same_sandbox_starts_the_classic_way(
     res = _process(tmp_path, "import os; print('uid', os.getuid())").finish(b"")
     assert "uid 6" in res.stdout_tail  # dropped to a sandbox uid all the same
     assert res.isolation.startswith("unshare+uid")
+
+
+@pytest.mark.parametrize("modes, expect", [
+    (("bwrap+uid", "unshare+uid", ZYGOTE_MODE, "uid+rlimits", "rlimits"), "bwrap+uid"),
+    (("unshare+uid", ZYGOTE_MODE, "uid+rlimits", "rlimits"), ZYGOTE_MODE),
+    (("uid+rlimits", "rlimits"), "uid+rlimits"),
+])
+def test_auto_takes_the_fork_server_only_where_unshare_is_the_strongest_mode(
+        monkeypatch: pytest.MonkeyPatch, modes: tuple[str, ...], expect: str) -> None:
+    monkeypatch.setattr(sandbox, "available_modes", lambda device: modes)
+    assert sandbox.choose_mode("auto", "cuda") == expect
