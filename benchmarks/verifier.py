@@ -182,8 +182,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "harness_cpu_s": r.details.get("harness_cpu_s"),
                      "reference_steps_s": r.details.get("reference_steps_s"),
                      # the timer's own view of each timed run: flush shadow vs host launch
-                     "timing_diag": {k: v for k, v in (r.details.get("candidate_timing")
-                                                       or {}).items() if k in TIMING_DIAG}})
+                     "timing_diag": _timing_diag(r.details.get("candidate_timing") or {})})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
     cheats = [x for x in rows if x["label"].startswith("cheat_")]
     walls = [x["wall_s"] for x in rows if x["wall_s"]]
@@ -221,6 +220,15 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms",
                "attempt_medians_ms", "shadow_ratio", "side_stream")
+
+
+def _timing_diag(st: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in st.items() if k in TIMING_DIAG and v is not None}
+    if "loop" in st:  # 1: the back-to-back median was reported (0: synced or strict)
+        out["back_to_back"] = int(st["loop"] == "back_to_back")
+    if st.get("b2b_median_ms") and st.get("stream_median_ms"):
+        out["b2b_over_synced"] = st["b2b_median_ms"] / st["stream_median_ms"]
+    return out
 
 
 def _medians(dicts: list[Any]) -> dict[str, float]:
@@ -300,6 +308,7 @@ def _agreement_row(name: str, shadow: str, stats: list[dict[str, Any]],
             "host_late": statistics.median(st["host_late"] for st in stats),
             "flush_ms": statistics.median(st["flush_ms"] for st in stats),
             "host_ms": statistics.median(st["host_ms"] for st in stats),
+            "back_to_back": sum(st.get("loop") == "back_to_back" for st in stats),
             "medians_ms": medians, "batch_label": BATCH_TWIN[name]}
 
 
@@ -409,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     if "timer" in result:
         print(_table("\ntimer vs do_bench", result["timer"],
                      ["kernel", "shadow", "ours_ms", "do_bench_ms", "rel_diff", "run_to_run_spread",
-                      "within_run_spread", "host_late", "flush_ms", "host_ms"]))
+                      "within_run_spread", "host_late", "flush_ms", "host_ms", "back_to_back"]))
         print(_table("\nsame kernel: in the batch vs on the quiet device afterwards",
                      result["in_batch_vs_quiet"], ["kernel", "batch_label", "in_batch_ms",
                                                    "quiet_ms", "ratio", "in_batch_spread",

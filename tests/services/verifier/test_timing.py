@@ -104,8 +104,10 @@ class _FakeDevice:
     shadow (as measured on the H200: the gap depends on the wait, empty runs alike), and a
     shadow that takes `stretch` x its expected time (side work running inside it)."""
 
-    def __init__(self, kernel: float, host: float, stretch: float = 1.0) -> None:
+    def __init__(self, kernel: float, host: float, stretch: float = 1.0,
+                 b2b: float = 1.0) -> None:
         self.kernel, self.host, self.stretch, self.strict_calls = kernel, host, stretch, 0
+        self.b2b, self.b2b_calls = b2b, 0  # back to back: `b2b` x the synced kernel time
 
     def install(self, t: Timer) -> None:
         def loop(seq: Any, runs: int, strict: bool = False) -> Any:
@@ -118,7 +120,12 @@ class _FakeDevice:
             t.last_loop = timing._Shadow([shadow] * runs, [self.host] * runs)
             return t1, t2, [s() for s in seq]
 
+        def back_to_back(fns: Any, runs: int) -> list[float]:
+            self.b2b_calls += 1
+            return [self.kernel * self.b2b] * runs
+
         t._loop = loop  # type: ignore[method-assign]
+        t._back_to_back = back_to_back  # type: ignore[method-assign]
         t._warm = lambda fns, warmup: [self.host] * 8  # type: ignore[method-assign]
 
 
@@ -145,3 +152,18 @@ def test_a_stretched_shadow_counts_as_side_stream_work() -> None:
     dev = _FakeDevice(kernel=0.02, host=0.03, stretch=3.0)
     st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
     assert st["side_stream"] and dev.strict_calls == 1 and st["shadow_ratio"] > 2.5
+    assert dev.b2b_calls == 0 and st["loop"] == "strict"  # no back-to-back figure then
+
+
+@pytest.mark.parametrize("b2b, reported, loop", [
+    (1.05, 0.021, "back_to_back"),  # do_bench's reading of a kernel: reported
+    (0.5, 0.02, "synced"),  # faster back to back (work hidden from that loop): never below
+    (1.5, 0.02, "synced"),  # far slower back to back: that loop was disturbed
+])
+def test_the_back_to_back_median_is_reported_only_at_or_above_the_synced_one(
+        b2b: float, reported: float, loop: str) -> None:
+    dev = _FakeDevice(kernel=0.02, host=0.03, b2b=b2b)
+    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
+    assert dev.b2b_calls == 1 and st["loop"] == loop and not st["side_stream"]
+    assert st["median_ms"] == pytest.approx(reported) and st["stream_median_ms"] == 0.02
+    assert st["b2b_median_ms"] == pytest.approx(0.02 * b2b) and st["last_outputs"] == ["out"]
