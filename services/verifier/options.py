@@ -45,8 +45,8 @@ class VerifyOptions:
     warm_slots: int = 1  # sandboxes started ahead (torch imported while idle); 0 = start per candidate
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
-    # server, which halves a build's CPU, 8 builders 61.5/min against 4 builders 56.2/min)
-    bundle_builders: int = 8
+    # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise)
+    bundle_builders: int = 4
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 

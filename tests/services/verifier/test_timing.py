@@ -121,7 +121,7 @@ class _FakeDevice:
             return t1, t2, [s() for s in seq]
 
         def back_to_back(fns: Any, runs: int) -> list[float]:
-            self.b2b_calls += 1
+            self.b2b_calls, self.b2b_runs = self.b2b_calls + 1, runs
             return [self.kernel * self.b2b] * runs
 
         t._loop = loop  # type: ignore[method-assign]
@@ -167,3 +167,5 @@ def test_the_back_to_back_median_is_reported_only_at_or_above_the_synced_one(
     assert dev.b2b_calls == 1 and st["loop"] == loop and not st["side_stream"]
     assert st["median_ms"] == pytest.approx(reported) and st["stream_median_ms"] == 0.02
     assert st["b2b_median_ms"] == pytest.approx(0.02 * b2b) and st["last_outputs"] == ["out"]
+    # ~B2B_S of device time at ~0.087 ms a run (kernel + one flush pass), like do_bench's rep
+    assert dev.b2b_runs == int(timing.B2B_S * 1e3 / (0.02 + 0.067))
