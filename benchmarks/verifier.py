@@ -178,6 +178,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s"),
                      "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start"),
                      "steps_s": r.details.get("steps_s"),
+                     "batch_s": r.details.get("batch_s"),  # [start, end] into the batch
                      "harness_steps_s": r.details.get("harness_steps_s"),
                      "harness_cpu_s": r.details.get("harness_cpu_s"),
                      "reference_steps_s": r.details.get("reference_steps_s"),
@@ -189,6 +190,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     spreads = [x["spread"] for x in honest if x["spread"] is not None]
     host = load.summary()
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
+            **_mid_rate([x["batch_s"][1] for x in rows if x.get("batch_s")]),
             "workers": workers, "bundle_builders": options.bundle_builders,
             "adaptive_shadow": adaptive_shadow,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
@@ -220,6 +222,18 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms",
                "attempt_medians_ms", "shadow_ratio", "side_stream")
+
+
+def _mid_rate(ends: list[float]) -> dict[str, Any]:
+    """The rate between the 10th and 90th percentile completions: without the first wave
+    (which waits for the first bundles and the fork server's start) and the tail."""
+    ends = sorted(ends)
+    if len(ends) < 10:
+        return {"mid_per_minute": None, "first_done_s": ends[0] if ends else None}
+    lo, hi = len(ends) // 10, len(ends) - 1 - len(ends) // 10
+    span = ends[hi] - ends[lo]
+    return {"mid_per_minute": 60 * (hi - lo) / span if span > 0 else None,
+            "first_done_s": ends[0]}
 
 
 def _timing_diag(st: dict[str, Any]) -> dict[str, Any]:
@@ -327,6 +341,7 @@ def _save(out: Path, result: dict[str, Any]) -> None:
 
 def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
     return {"pass": name, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
+            "mid_per_min": v.get("mid_per_minute"), "first_done_s": v.get("first_done_s"),
             "median_cand_s": v.get("median_candidate_wall_s"), "warm_starts": v.get("warm_starts"),
             "phases": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_phase_s") or {}).items()),
             "steps": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_steps_s") or {}).items()),
@@ -346,7 +361,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
-PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "median_cand_s", "warm_starts",
+PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_done_s",
+             "median_cand_s", "warm_starts",
              "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]

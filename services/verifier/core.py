@@ -250,13 +250,20 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
     for b in builders:
         b.start()
 
+    t0 = time.monotonic()
+
     def one(job: tuple[int, tuple[str, str]]) -> VerifyReport:
         i, (problem, solution) = job
         progress.started(i)
+        start = time.monotonic() - t0
         try:
-            return session.verify(problem, solution)
+            report = session.verify(problem, solution)
         finally:
             session.done_with(problem)
+        # when this candidate started and ended, seconds into the batch (diagnostics: the
+        # first wave waits for bundles and sandboxes that later candidates find ready)
+        report.details["batch_s"] = [round(start, 3), round(time.monotonic() - t0, 3)]
+        return report
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

@@ -229,7 +229,7 @@ class Timer:
         excess = _median(gaps) - gap0
         shadow_ratio = _median(shadow.flush_ms) / max(self._expected_shadow_ms(), 1e-6)
         side_stream = excess > max(0.05 * med1, 0.005) or shadow_ratio > SHADOW_SLOW
-        times, loop, b2b_med = t1, "synced", None
+        times, loop, b2b_med, n = t1, "synced", None, 0
         if side_stream:
             # Work escaped the current stream (and may have overlapped the flush):
             # re-time with an idle device before each start, whole-device end point.
@@ -247,7 +247,7 @@ class Timer:
             "median_ms": med, "p10_ms": _quantile(times, 0.1), "p90_ms": _quantile(times, 0.9),
             "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / med if med > 0 else None,
             "runs": runs, "side_stream": side_stream, "stream_median_ms": med1,
-            "loop": loop, "b2b_median_ms": b2b_med,  # the reported loop; back to back's
+            "loop": loop, "b2b_median_ms": b2b_med, "b2b_runs": n,  # the reported loop
             "gap_ms": _median(gaps), "gap0_ms": gap0,
             # the shadow: its device time, the host's launch time, runs the host outlasted
             "flush_ms": _median(shadow.flush_ms), "host_ms": _median(shadow.host_ms),

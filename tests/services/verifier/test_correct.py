@@ -21,6 +21,13 @@ def test_correct_kernel_passes(solution: str, correct_verdicts: dict[str, Verify
     assert {"torch", "triton", "python", "isolation"} <= set(r.fingerprint)
 
 
+def test_each_verdict_of_a_batch_says_when_it_ran(
+        correct_verdicts: dict[str, VerifyReport]) -> None:
+    spans = [r.details["batch_s"] for r in correct_verdicts.values()]
+    assert all(0 <= start <= end for start, end in spans)
+    assert max(end for _, end in spans) > min(start for start, _ in spans)
+
+
 def test_several_shapes_and_trials_were_checked(correct_verdicts: dict[str, VerifyReport]) -> None:
     r = correct_verdicts["softmax_ok"]
     assert len(r.details["shapes"]) == 3 and r.details["trials"] == 9
