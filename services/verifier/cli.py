@@ -11,7 +11,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from services.verifier.core import verify
 from services.verifier.exceptions import ProblemError
@@ -23,7 +23,7 @@ EXIT_PASSED, EXIT_REJECTED, EXIT_MISUSE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on misuse too, keep it quiet
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on misuse too, keep it quiet
         self.print_usage(sys.stderr)
         print(f"kz verify: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_MISUSE)

@@ -7,6 +7,8 @@ these checks on the tensors it reads back (services/verifier/candidate.py).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 _equal = torch.equal
@@ -26,8 +28,8 @@ def unchanged(a: object, b: object) -> bool:
 def flatten(out: object) -> list[object] | None:
     if type(out) is torch.Tensor:
         return [out]
-    if type(out) in (tuple, list):
-        return list(out)
+    if type(out) in (tuple, list):  # exact types: a subclass could override iteration
+        return list(cast("tuple[object, ...] | list[object]", out))
     return None
 
 

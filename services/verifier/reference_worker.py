@@ -18,6 +18,7 @@ import random
 import sys
 import time
 import traceback
+from typing import Any
 
 # Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
 _CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
@@ -95,7 +96,7 @@ def _tol(t: torch.Tensor) -> Tol:
     return Tol(a, r, n)
 
 
-def _draw(mod: object, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
+def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
     seed = next(_SEEDS)
     torch.manual_seed(seed)
     random.seed(seed)
@@ -310,9 +311,9 @@ def main() -> None:
     META["steps_s"] = {"startup": round(_STARTUP_S, 3),
                        "trials": round(time.monotonic() - _T0, 3)}  # diagnostics only
     if JOB.get("timing"):
-        t = time.monotonic()
+        t_timing = time.monotonic()
         _timing(mod, models)
-        META["steps_s"]["timing"] = round(time.monotonic() - t, 3)
+        META["steps_s"]["timing"] = round(time.monotonic() - t_timing, 3)
     META["steps_s"]["cpu"] = round(time.process_time(), 3)  # the worker's CPU seconds
 
 
