@@ -35,6 +35,8 @@ class ServiceCore(Protocol):
 
 # Optional members a core may define (looked up with getattr by the adapter):
 #   stateful: bool = True   -- False skips replaying committed inputs on restart.
+#   concurrency: int = 1    -- how many events of a batch `process` may handle at once
+#                              (threads; only for a thread-safe core whose work is slow).
 #   def observe(self, event) -> None  -- rebuild state from an already-processed event
 #                                        without the work of `process` (used on replay).
 #   def observe_output(self, event) -> None  -- rebuild state from one of the core's own

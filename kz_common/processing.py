@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import logging
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -89,8 +90,33 @@ class BatchProcessor:
         """Outputs (or one dead letter) for one input record."""
         self.counts["in"] += 1
         outs = self._handle(rec, emit=True)
-        for out in outs:
-            self.counts["dead" if out.topic == "dead-letters" else "out"] += 1
+        self._count(outs)
+        return outs
+
+    def handle_many(self, recs: list[InRecord], workers: int) -> list[OutMessage]:
+        """The outputs `handle` gives for `recs` one by one, in the same order, with the
+        core's `process` calls on up to `workers` threads (for a core whose `process` is
+        thread-safe and slow: the verifier). Bookkeeping (dedupe, validation, the log
+        checks, wrapping) stays in input order on this thread."""
+        if workers <= 1 or len(recs) <= 1:
+            return [o for r in recs for o in self.handle(r)]
+        staged: list[list[OutMessage] | tuple[InRecord, AnyEnvelope]] = []
+        for rec in recs:
+            self.counts["in"] += 1
+            got = self._admit(rec, emit=True)
+            if isinstance(got, list):
+                staged.append(got)
+                continue
+            skip = self._before_core(rec, got, emit=True)
+            staged.append(skip if skip is not None else (rec, got))
+        calls = [s for s in staged if isinstance(s, tuple)]
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(calls)))) as pool:
+            results = iter(list(pool.map(lambda s: self._call(s[1]), calls)))
+        outs: list[OutMessage] = []
+        for s in staged:
+            done = self._after_core(*s, next(results), emit=True) if isinstance(s, tuple) else s
+            self._count(done)
+            outs += done
         return outs
 
     def replay(self, rec: InRecord) -> None:
@@ -137,7 +163,21 @@ class BatchProcessor:
         except Exception:  # a bug in a core's recovery must not keep the service from starting
             log.exception("core %s failed to observe its output %s", self.core.name, event.event_id)
 
+    def _count(self, outs: list[OutMessage]) -> None:
+        for out in outs:
+            self.counts["dead" if out.topic == "dead-letters" else "out"] += 1
+
     def _handle(self, rec: InRecord, *, emit: bool) -> list[OutMessage]:
+        got = self._admit(rec, emit=emit)
+        if isinstance(got, list):
+            return got
+        skip = self._before_core(rec, got, emit)
+        if skip is not None:
+            return skip
+        return self._after_core(rec, got, self._call(got), emit)
+
+    def _admit(self, rec: InRecord, *, emit: bool) -> list[OutMessage] | AnyEnvelope:
+        """The record's outputs if it ends here (a duplicate, a dead letter), else its event."""
         coordinate = _coordinate(rec.topic, rec.partition, rec.offset)
         if coordinate in self.done:
             self.counts["redelivered"] += int(emit)  # replays are not skips
@@ -158,31 +198,50 @@ class BatchProcessor:
             self.counts["duplicate"] += int(emit)
             return []
         self.done.add(event.event_id)
-        return self._process(rec, event, emit)
+        return event
 
     def _already_on_log(self) -> list[OutMessage]:
         self.counts["on_log"] += 1
         return []
 
-    def _process(self, rec: InRecord, event: AnyEnvelope, emit: bool) -> list[OutMessage]:
+    def _before_core(self, rec: InRecord, event: AnyEnvelope,
+                     emit: bool) -> list[OutMessage] | None:
+        """The outputs if the core need not process `event` (None: it must)."""
         # On replay a core may offer `observe` (state only): re-sampling an LLM to rebuild
         # state would be slow and, at temperature > 0 without a seed, not even the same.
         observe = getattr(self.core, "observe", None)
         stateless = not getattr(self.core, "stateful", True)
         on_log = emit and event.event_id in self.emitted
-        try:
-            if (not emit or on_log) and observe is not None:
+        if (not emit or on_log) and observe is not None:
+            try:
                 observe(event)
-                return self._already_on_log() if on_log else []
-            if on_log and stateless:  # its outputs are on the log; nothing to rebuild
-                return self._already_on_log()
-            payloads = self.core.process(event)
-        except ProcessingError as exc:
+            except Exception as exc:  # noqa: BLE001  (dead-lettered by _failed)
+                return self._failed(rec, event, exc, emit)
+            return self._already_on_log() if on_log else []
+        if on_log and stateless:  # its outputs are on the log; nothing to rebuild
+            return self._already_on_log()
+        return None
+
+    def _call(self, event: AnyEnvelope) -> list[BaseModel] | Exception:
+        try:
+            return self.core.process(event)
+        except Exception as exc:  # noqa: BLE001  judged by _after_core, in input order
+            return exc
+
+    def _failed(self, rec: InRecord, event: AnyEnvelope, exc: Exception,
+                emit: bool) -> list[OutMessage]:
+        if isinstance(exc, ProcessingError):
             return self._dead(rec, event, "processing", str(exc), emit)
-        except Exception as exc:  # a bug in a core must cost one event, not the pipeline
-            log.exception("core %s failed on %s", self.core.name, event.event_id)
-            detail = "".join(traceback.format_exception_only(exc)).strip()
-            return self._dead(rec, event, "processing", f"unexpected: {detail}", emit)
+        # a bug in a core must cost one event, not the pipeline
+        log.error("core %s failed on %s", self.core.name, event.event_id, exc_info=exc)
+        detail = "".join(traceback.format_exception_only(exc)).strip()
+        return self._dead(rec, event, "processing", f"unexpected: {detail}", emit)
+
+    def _after_core(self, rec: InRecord, event: AnyEnvelope,
+                    result: list[BaseModel] | Exception, emit: bool) -> list[OutMessage]:
+        if isinstance(result, Exception):
+            return self._failed(rec, event, result, emit)
+        payloads = result
         if not emit:
             return []
         if event.event_id in self.emitted:

@@ -162,7 +162,17 @@ class ServiceRunner:
         if cold and self.settings.runner.rebuild_from_log:
             self._warm_up(cold)
         self._warm.update(cold)
-        outs: list[OutMessage] = []
+        workers = max(1, int(getattr(self.core, "concurrency", 1)))
+        if workers > 1:  # the core's process() runs on several threads (the verifier)
+            for rec in records:
+                self.metrics.received(rec.topic)
+            started = time.perf_counter()
+            outs = self.processor.handle_many(records, workers)
+            each = (time.perf_counter() - started) / max(1, len(records))
+            for _ in records:  # per record: the batch's wall time shared out
+                self.metrics.processed(each)
+            return outs
+        outs = []
         for rec in records:
             self.metrics.received(rec.topic)
             started = time.perf_counter()

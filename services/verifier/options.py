@@ -47,6 +47,9 @@ class VerifyOptions:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
     # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise)
     bundle_builders: int = 4
+    # candidates the verifier service checks at once (threads sharing one Session, like
+    # verify_many's workers; the H200 benchmark runs 12); 1 = one at a time
+    workers: int = 1
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 
@@ -61,6 +64,8 @@ class VerifyOptions:
             raise ValueError("warm_slots must be >= 0")
         if self.bundle_builders < 1:
             raise ValueError("bundle_builders must be >= 1")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
         if self.warmup < 2 or self.n_timing_runs < 5:
             raise ValueError("need warmup >= 2 and n_timing_runs >= 5")
 

@@ -8,6 +8,8 @@ events, if a deployment also routes them here, produce nothing.
 
 from __future__ import annotations
 
+import threading
+
 from pydantic import BaseModel
 
 from kz_common.core import ProcessingError
@@ -29,12 +31,17 @@ class VerifierCore:
 
     def __init__(self, options: VerifyOptions | None = None) -> None:
         self.options = options or VerifyOptions()
+        # Extractions of one batch verified at once (the runner's threads), sharing one
+        # Session: its bundles, sandbox slots and GPU lock, as in verify_many.
+        self.concurrency = self.options.workers
         self._session: Session | None = None
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        with self._lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None
 
     def process(self, event: AnyEnvelope) -> list[BaseModel]:
         payload = event.payload
@@ -59,6 +66,9 @@ class VerifierCore:
     def _get_session(self) -> Session:
         # One session per core: reference bundles (inputs drawn with fresh seeds) are
         # reused across the many samples of one challenge, and rebuilt per new problem.
-        if self._session is None:
-            self._session = Session(self.options)
-        return self._session
+        with self._lock:
+            if self._session is None:
+                o = self.options  # a warm sandbox per worker, as verify_many starts
+                self._session = Session(o, warm_slots=max(o.warm_slots, o.workers)
+                                        if o.warm_slots else 0)
+            return self._session

@@ -7,6 +7,7 @@ the real cores do; the real cores are tested in tests/services.
 from __future__ import annotations
 
 import hashlib
+import threading
 
 from pydantic import BaseModel
 
@@ -42,9 +43,11 @@ class Relay:
     def __init__(self, name: str, inputs: tuple[str, ...], fail_on: str | None = None) -> None:
         self.name, self.version, self.inputs, self.fail_on = name, "test", inputs, fail_on
         self.seen = 0
+        self._lock = threading.Lock()  # a core with `concurrency` is called from threads
 
     def process(self, event: AnyEnvelope) -> list[BaseModel]:
-        self.seen += 1
+        with self._lock:
+            self.seen += 1
         p = event.payload
         if self.fail_on and getattr(p, "challenge_id", "") == self.fail_on:
             raise ProcessingError(f"refusing {self.fail_on}")

@@ -94,6 +94,21 @@ def test_processing_failure_is_dead_lettered_once_with_the_event(settings: Setti
     assert "refusing c1" in letter["payload"]["error"]
 
 
+def test_a_concurrent_core_loses_and_repeats_nothing(settings: Settings) -> None:
+    """A core with `concurrency` (the verifier's path): the runner's handle_many, end to end."""
+    events = challenge_events(6)
+    publish_events(settings, "challenges", events + [events[2]])  # one redelivered
+    solver = Relay("solver", ("challenges",), fail_on="c4")
+    solver.concurrency = 3  # type: ignore[attr-defined]
+    asyncio.run(run_until([solver], settings, lambda: len(read(settings, "solutions")) >= 5
+                          and len(read(settings, "dead-letters")) >= 1))
+    causes = sorted(d["causation_id"] for d in read(settings, "solutions"))
+    assert causes == sorted(e.event_id for e in events if e.payload.challenge_id != "c4")
+    [letter] = read(settings, "dead-letters")
+    assert letter["payload"]["original_event_id"] == events[4].event_id
+    assert solver.seen == 6  # the redelivered copy never reached the core
+
+
 def _worker(settings: Settings, delay: float) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KZ_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers or "",
            "KZ_KAFKA__TOPIC_PREFIX": settings.kafka.topic_prefix, "KZ_KAFKA__PARTITIONS": "3",

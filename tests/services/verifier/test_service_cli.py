@@ -67,6 +67,30 @@ def test_accepted_extraction_is_verified_and_cheat_rejected() -> None:
     assert not bad.passed and bad.stage == "static"
 
 
+def test_a_batch_is_verified_concurrently_in_one_session() -> None:
+    """workers=2: the runner's handle_many runs both verifications at once; verdicts come
+    back in input order, from one Session (one bundle for the shared problem)."""
+    from dataclasses import replace
+
+    from kz_common.processing import BatchProcessor, InRecord
+    from schemas import decode, encode
+
+    core = VerifierCore(replace(CPU_OPTIONS, workers=2))
+    assert core.concurrency == 2
+    sources = [(SOLUTIONS / "add_ok.py").read_text(), (CHEATS / "zeros_output.py").read_text()]
+    recs = [InRecord("extracted", 0, i, encode(_extracted(src))) for i, src in enumerate(sources)]
+    try:
+        outs = BatchProcessor(core, max_bytes=4_000_000, capacity=10).handle_many(recs, 2)
+        session = core._session
+        assert session is not None and len(session._bundles) == 1
+    finally:
+        core.close()
+    ok, bad = (decode(o.value).payload for o in outs)
+    assert ok.passed and ok.stage == "passed" and not bad.passed
+    with pytest.raises(ValueError, match="workers"):
+        replace(CPU_OPTIONS, workers=0)
+
+
 def test_missing_problem_source_is_a_processing_error() -> None:
     with pytest.raises(ProcessingError):
         VerifierCore(CPU_OPTIONS).process(_extracted("class ModelNew: pass", problem=" "))
