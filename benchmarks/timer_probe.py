@@ -22,6 +22,7 @@ not the flush or the events. Writes DIR/timer_probe.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -86,22 +87,20 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("skipped: no CUDA device")
         return 0
-    from benchmarks.verifier import ADD_SOLUTION, SOFTMAX_SOLUTION
+    from benchmarks.verifier import SOFTMAX_SOLUTION, timer_cases
     from kz_common.kernels import import_source
 
-    cases = [("add_16M_fp32", ADD_SOLUTION.format(block=1024, warps=4),
-              lambda: [torch.randn(1 << 24, device="cuda"), torch.randn(1 << 24, device="cuda")]),
-             ("softmax_8192x2048_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=8),
-              lambda: [torch.randn(8192, 2048, device="cuda", dtype=torch.float16)]),
-             ("softmax_8192x2048_fp32", SOFTMAX_SOLUTION.format(min_block=16, warps=8),
-              lambda: [torch.randn(8192, 2048, device="cuda")]),
-             ("softmax_65536x1024_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=4),
-              lambda: [torch.randn(65536, 1024, device="cuda", dtype=torch.float16)])]
+    def fp32_rows() -> list[torch.Tensor]:
+        return [torch.randn(8192, 2048, device="cuda")]
+
+    cases = timer_cases()  # the benchmark's three, plus the GPU test's fp32 softmax
+    cases.insert(2, ("softmax_8192x2048_fp32", SOFTMAX_SOLUTION.format(min_block=16, warps=8),
+                     fp32_rows))
     rows = []
     for name, src, make in cases:
         model = import_source(name, src).ModelNew()
         x = make()
-        rows.append(probe(name, lambda m=model, x=x: m(*x), args.rounds))
+        rows.append(probe(name, functools.partial(model, *x), args.rounds))
     cols = ["do_bench", *LOOPS, "timer"]
     print("kernel | do_bench ms | " + " | ".join(f"{c}/do_bench" for c in cols[1:]))
     print(" | ".join("---" for _ in range(len(cols) + 1)))

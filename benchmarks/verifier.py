@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,16 @@ def in_batch_vs_quiet(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def timer_cases() -> list[tuple[str, str, Callable[[], list[torch.Tensor]]]]:
+    """The honest kernels timed against do_bench: (name, solution source, input maker)."""
+    return [("add_16M_fp32", ADD_SOLUTION.format(block=1024, warps=4),
+             lambda: [torch.randn(1 << 24, device="cuda"), torch.randn(1 << 24, device="cuda")]),
+            ("softmax_8192x2048_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=8),
+             lambda: [torch.randn(8192, 2048, device="cuda", dtype=torch.float16)]),
+            ("softmax_65536x1024_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=4),
+             lambda: [torch.randn(65536, 1024, device="cuda", dtype=torch.float16)])]
+
+
 def timer_agreement() -> list[dict[str, Any]]:
     """Our Timer vs triton.testing.do_bench (median) on honest kernels, plus spread."""
     import triton.testing
@@ -287,13 +298,7 @@ def timer_agreement() -> list[dict[str, Any]]:
     from services.verifier.timing import Timer
 
     out = []
-    cases = [("add_16M_fp32", ADD_SOLUTION.format(block=1024, warps=4),
-              lambda: [torch.randn(1 << 24, device="cuda"), torch.randn(1 << 24, device="cuda")]),
-             ("softmax_8192x2048_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=8),
-              lambda: [torch.randn(8192, 2048, device="cuda", dtype=torch.float16)]),
-             ("softmax_65536x1024_fp16", SOFTMAX_SOLUTION.format(min_block=16, warps=4),
-              lambda: [torch.randn(65536, 1024, device="cuda", dtype=torch.float16)])]
-    for name, src, make in cases:
+    for name, src, make in timer_cases():
         model = import_source(name, src).ModelNew()
         x = make()
         fn = lambda: model(*x)  # noqa: E731

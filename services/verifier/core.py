@@ -228,17 +228,21 @@ def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> Verif
         session.close()
 
 
+def warm_slots_for(options: VerifyOptions, workers: int) -> int:
+    """As many pre-started sandboxes as workers (unless turned off): each worker's next
+    candidate finds its sandbox warm."""
+    return max(options.warm_slots, workers) if options.warm_slots else 0
+
+
 def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
                 workers: int = 4) -> list[VerifyReport]:
     """Verify (problem, solution) pairs: candidates run in parallel sandboxed processes,
     references are built once per problem (ahead of the workers), and timed runs hold
     one GPU lock."""
     items = list(pairs)
-    # As many pre-started sandboxes as workers (unless turned off): each worker's next
-    # candidate finds its sandbox warm.
-    warm = max(options.warm_slots, workers) if options.warm_slots else 0
     problems = len({reference.problem_key(p, options) for p, _ in items})
-    session = Session(options, warm_slots=warm, demand=len(items), problems=problems)
+    session = Session(options, warm_slots=warm_slots_for(options, workers),
+                      demand=len(items), problems=problems)
     session.slots.fill()  # they warm up while the first reference bundle is built
     session.ref_slots.fill()
     session.expect(p for p, _ in items)

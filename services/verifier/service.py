@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from kz_common.core import ProcessingError
 from schemas import AnyEnvelope
 from schemas.events import ChallengeCreated, SolutionExtracted
-from services.verifier.core import Session
+from services.verifier.core import Session, warm_slots_for
 from services.verifier.options import VERIFIER_VERSION, VerifyOptions
 from services.verifier.report import rejected
 
@@ -68,7 +68,6 @@ class VerifierCore:
         # reused across the many samples of one challenge, and rebuilt per new problem.
         with self._lock:
             if self._session is None:
-                o = self.options  # a warm sandbox per worker, as verify_many starts
-                self._session = Session(o, warm_slots=max(o.warm_slots, o.workers)
-                                        if o.warm_slots else 0)
+                self._session = Session(self.options, warm_slots=warm_slots_for(
+                    self.options, self.options.workers))
             return self._session
