@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -148,11 +149,18 @@ def cheat_batch() -> list[tuple[str, str, str]]:
             for c in ALL_CHEATS if c.name not in ("hang",)]  # hang only costs its timeout
 
 
-def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
-              warm_slots: int = 1, builders: int | None = None,
-              adaptive_shadow: bool = True, zygote: int = -1) -> dict[str, Any]:
-    from benchmarks.host_load import HostLoad
-    from services.verifier.core import verify_many
+def repeated(batch: list[tuple[str, str, str]], n: int) -> list[tuple[str, str, str]]:
+    """`batch` n times in a row; copy k's problems and solutions end in a `# copy k` line, so
+    every copy builds its own bundles and compiles its own kernels."""
+    if n <= 1:
+        return batch
+    return [(f"{label}_c{k}", f"{problem}\n# copy {k}\n", f"{solution}\n# copy {k}\n")
+            for k in range(n) for label, problem, solution in batch]
+
+
+def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
+                  adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1) -> Any:
+    """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
 
@@ -160,10 +168,18 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else ""
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
-                            adaptive_shadow=adaptive_shadow,
+                            adaptive_shadow=adaptive_shadow, workers=workers,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
-    if builders:
-        options = replace(options, bundle_builders=builders)
+    return replace(options, bundle_builders=builders) if builders else options
+
+
+def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
+              warm_slots: int = 1, builders: int | None = None,
+              adaptive_shadow: bool = True, zygote: int = -1) -> dict[str, Any]:
+    from benchmarks.host_load import HostLoad
+    from services.verifier.core import verify_many
+
+    options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote)
     t0 = time.monotonic()
     with HostLoad() as load:
         reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
@@ -202,6 +218,9 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             # honest candidates' timer diagnostics (share of runs whose host outlasted the
             # flush shadow; flush device time) and the host CPU busy during timed phases
             "median_timing_diag": _medians([x["timing_diag"] for x in honest]),
+            # why the timer retried attempts (host outlasted the shadow / runs spread out)
+            "retry_reasons": dict(Counter(w for x in honest
+                                          for w in x["timing_diag"].get("retried", []))),
             "median_candidate_wall_s": statistics.median(walls) if walls else None,
             # parent-side: start, lock waits, locked phases
             "median_phase_s": _medians([x["phase_s"] for x in rows]),
@@ -221,8 +240,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
 
 
-TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "stream_median_ms", "gap_ms",
-               "attempt_medians_ms", "shadow_ratio", "side_stream")
+TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
+               "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream")
 
 
 def _mid_rate(ends: list[float]) -> dict[str, Any]:
@@ -247,7 +266,8 @@ def _timing_diag(st: dict[str, Any]) -> dict[str, Any]:
 
 
 def _medians(dicts: list[Any]) -> dict[str, float]:
-    ds = [d for d in dicts if isinstance(d, dict)]
+    ds = [{k: v for k, v in d.items() if isinstance(v, (int, float))}
+          for d in dicts if isinstance(d, dict)]
     return {k: statistics.median(d[k] for d in ds if k in d)
             for k in sorted({k for d in ds for k in d})}
 
@@ -269,7 +289,7 @@ def in_batch_vs_quiet(result: dict[str, Any]) -> list[dict[str, Any]]:
     for t in result.get("timer", []):
         if t.get("shadow", "adaptive") != "adaptive":
             continue
-        twin = rows.get(t["batch_label"])
+        twin = rows.get(t["batch_label"]) or rows.get(f"{t['batch_label']}_c0")  # --repeat
         if twin and twin.get("candidate_ms"):
             out.append({"kernel": t["kernel"], "batch_label": t["batch_label"],
                         "in_batch_ms": twin["candidate_ms"], "quiet_ms": t["ours_ms"],
@@ -394,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-only", action="store_true", help="no warm pass")
     ap.add_argument("--only", default="", help="only candidates whose label starts with this")
     ap.add_argument("--limit", type=int, default=0, help="at most this many candidates")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="the batch this many times over, each copy a new problem and new "
+                         "sources (fresh bundles, cold compiles): a longer run at the same mix")
     ap.add_argument("--config", action="append", default=[], metavar="NAME:K=V,...",
                     help="an extra cold pass (own fresh cache) with other settings, side by "
                          "side with the default one; keys: workers, slots, builders, shadow "
@@ -415,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         batch = batch[::3]
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
+    batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only

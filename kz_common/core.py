@@ -37,6 +37,9 @@ class ServiceCore(Protocol):
 #   stateful: bool = True   -- False skips replaying committed inputs on restart.
 #   concurrency: int = 1    -- how many events of a batch `process` may handle at once
 #                              (threads; only for a thread-safe core whose work is slow).
+#   def process_many(self, events) -> list[list[BaseModel] | Exception]  -- with
+#                              concurrency > 1: the batch's events at once, one result per
+#                              event in order (payloads, or the exception `process` raised).
 #   def observe(self, event) -> None  -- rebuild state from an already-processed event
 #                                        without the work of `process` (used on replay).
 #   def observe_output(self, event) -> None  -- rebuild state from one of the core's own

@@ -95,9 +95,9 @@ class BatchProcessor:
 
     def handle_many(self, recs: list[InRecord], workers: int) -> list[OutMessage]:
         """The outputs `handle` gives for `recs` one by one, in the same order, with the
-        core's `process` calls on up to `workers` threads (for a core whose `process` is
-        thread-safe and slow: the verifier). Bookkeeping (dedupe, validation, the log
-        checks, wrapping) stays in input order on this thread."""
+        core's `process` calls on up to `workers` threads, or one `process_many` call (for
+        a core whose work is slow and parallel: the verifier). Bookkeeping (dedupe,
+        validation, the log checks, wrapping) stays in input order on this thread."""
         if workers <= 1 or len(recs) <= 1:
             return [o for r in recs for o in self.handle(r)]
         staged: list[list[OutMessage] | tuple[InRecord, AnyEnvelope]] = []
@@ -110,8 +110,7 @@ class BatchProcessor:
             skip = self._before_core(rec, got, emit=True)
             staged.append(skip if skip is not None else (rec, got))
         calls = [s for s in staged if isinstance(s, tuple)]
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(calls)))) as pool:
-            results = iter(list(pool.map(lambda s: self._call(s[1]), calls)))
+        results = iter(self._call_many([s[1] for s in calls], workers))
         outs: list[OutMessage] = []
         for s in staged:
             done = self._after_core(*s, next(results), emit=True) if isinstance(s, tuple) else s
@@ -227,6 +226,24 @@ class BatchProcessor:
             return self.core.process(event)
         except Exception as exc:  # noqa: BLE001  judged by _after_core, in input order
             return exc
+
+    def _call_many(self, events: list[AnyEnvelope],
+                   workers: int) -> list[list[BaseModel] | Exception]:
+        """`_call` of each event: through the core's own `process_many` if it has one (a
+        batch it can plan as a whole), else `process` on up to `workers` threads."""
+        many = getattr(self.core, "process_many", None)
+        if many is None or not events:
+            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(events) or 1))) as pool:
+                return list(pool.map(self._call, events))
+        try:
+            results = list(many(events))
+        except Exception as exc:  # noqa: BLE001  every event of the batch is dead-lettered
+            return [exc] * len(events)
+        if len(results) != len(events):
+            bad = RuntimeError(f"process_many returned {len(results)} results for "
+                               f"{len(events)} events")
+            return [bad] * len(events)
+        return results
 
     def _failed(self, rec: InRecord, event: AnyEnvelope, exc: Exception,
                 emit: bool) -> list[OutMessage]:

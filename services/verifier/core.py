@@ -1,4 +1,4 @@
-"""verify / verify_many: the verifier's entry points.
+"""verify / verify_many / verify_batch: the verifier's entry points.
 
 Pipeline per candidate: static AST policy -> reference bundle (once per problem,
 its own sandboxed process) -> candidate in its own sandbox (correctness calls
@@ -236,13 +236,23 @@ def warm_slots_for(options: VerifyOptions, workers: int) -> int:
 
 def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
                 workers: int = 4) -> list[VerifyReport]:
-    """Verify (problem, solution) pairs: candidates run in parallel sandboxed processes,
-    references are built once per problem (ahead of the workers), and timed runs hold
-    one GPU lock."""
+    """Verify (problem, solution) pairs in a session of their own (see verify_batch)."""
     items = list(pairs)
     problems = len({reference.problem_key(p, options) for p, _ in items})
     session = Session(options, warm_slots=warm_slots_for(options, workers),
                       demand=len(items), problems=problems)
+    try:
+        return verify_batch(session, items, workers)
+    finally:
+        session.close()
+
+
+def verify_batch(session: Session, items: list[tuple[str, str]],
+                 workers: int) -> list[VerifyReport]:
+    """Verdicts for `items` in order: candidates run in parallel sandboxed processes,
+    references are built once per problem (ahead of the workers), and timed runs hold one
+    GPU lock. `session` stays open: the service keeps one across its batches."""
+    options = session.options
     session.slots.fill()  # they warm up while the first reference bundle is built
     session.ref_slots.fill()
     session.expect(p for p, _ in items)
@@ -276,7 +286,6 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
         progress.stop()
         for b in builders:
             b.join()  # a build in flight writes under session.base
-        session.close()
 
 
 class _Progress:

@@ -141,9 +141,10 @@ def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: 
                   budget: float, lap: Callable[[str], None]) -> bool:
     """Correctness work under the shared lock; False if it held the lock past `budget`
     (bounded: a hang here would stall every timing on the host). A child that says YIELD
-    between steps (the reference worker, after each trial) hands the lock back for a
-    moment: a waiting timed phase goes first (the lock prefers writers) instead of
-    waiting for every trial of a reference build, and every candidate behind it too."""
+    between steps (the reference worker after each trial, the harness after each call)
+    hands the lock back for a moment: a waiting timed phase goes first (the lock prefers
+    writers) instead of waiting for every trial of a reference build or every call of a
+    candidate, and every candidate behind it too. DONE here: no timed phase follows."""
     first = True
     while True:
         with gates.shared():
@@ -215,7 +216,8 @@ class Control(threading.Thread):
         self.fd = fd
         self.shared, self.ready, self.done = threading.Event(), threading.Event(), threading.Event()
         self.any_request, self.warm = threading.Event(), threading.Event()
-        # YIELD is re-armed by the parent after each one; `step`: READY or YIELD arrived
+        # YIELD is re-armed by the parent after each one; `step`: READY, YIELD or DONE
+        # arrived (DONE in a shared phase: no timed phase follows, the lock is let go)
         self.yielded, self.step = threading.Event(), threading.Event()
 
     def run(self) -> None:
@@ -231,7 +233,7 @@ class Control(threading.Thread):
                 if flag is not None:
                     flag.set()
                     self.any_request.set()
-                    if word in (READY, YIELD):
+                    if word in (READY, YIELD, DONE):
                         self.step.set()
 
 

@@ -75,3 +75,43 @@ def test_one_worker_is_plain_handling() -> None:
     processor = BatchProcessor(core, max_bytes=1_000_000, capacity=100)
     assert len(processor.handle_many(_batch(), workers=1)) == 7  # 8 records, one duplicate
     assert core.threads == {threading.get_ident()}  # every call on the caller's thread
+
+
+class Planner(Picky):
+    """Picky with `process_many`: the whole batch in one call (the verifier's bundles are
+    planned across it), each event's result or exception in its place."""
+
+    def __init__(self, fail: BaseException | None = None, short: bool = False) -> None:
+        super().__init__()
+        self.fail, self.short, self.batches = fail, short, list[list[int]]()
+
+    def process_many(self, events: list[Any]) -> list[Any]:
+        self.batches.append([e.payload.sample_index for e in events])
+        if self.fail is not None:
+            raise self.fail
+        results: list[Any] = []
+        for e in events:
+            try:
+                results.append(self.process(e))
+            except Exception as exc:  # noqa: BLE001  returned in its place, as the protocol says
+                results.append(exc)
+        return results[:-1] if self.short else results
+
+
+def test_a_core_with_process_many_gets_the_batch_in_one_call_with_the_same_outputs() -> None:
+    batch = _batch()
+    one = BatchProcessor(Picky(), max_bytes=1_000_000, capacity=100)
+    expected = [o for rec in batch for o in one.handle(rec)]
+    core = Planner()
+    many = BatchProcessor(core, max_bytes=1_000_000, capacity=100)
+    got = many.handle_many(batch, workers=4)
+    assert core.batches == [[0, 1, 2, 3, 4, 5]]  # no duplicate, no garbage: in input order
+    assert _summary(got) == _summary(expected) and many.counts == one.counts
+
+
+def test_a_failing_or_short_process_many_dead_letters_the_whole_batch() -> None:
+    for core in (Planner(fail=RuntimeError("the batch planner broke")), Planner(short=True)):
+        processor = BatchProcessor(core, max_bytes=1_000_000, capacity=100)
+        outs = processor.handle_many(_batch(), workers=4)
+        assert [o.topic for o in outs] == ["dead-letters"] * 7  # 6 events + the garbage
+        assert processor.counts["dead"] == 7 and processor.counts["out"] == 0

@@ -67,26 +67,44 @@ def test_accepted_extraction_is_verified_and_cheat_rejected() -> None:
     assert not bad.passed and bad.stage == "static"
 
 
-def test_a_batch_is_verified_concurrently_in_one_session() -> None:
-    """workers=2: the runner's handle_many runs both verifications at once; verdicts come
-    back in input order, from one Session (one bundle for the shared problem)."""
+def test_a_batch_is_verified_concurrently_in_one_session(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=2: the runner's handle_many hands the batch to process_many, which verifies
+    the accepted extractions in one verify_batch (bundles built ahead of the workers); the
+    rest (a rejected extraction, a missing problem) are answered in place; outputs come back
+    in input order, from one Session (one bundle for the shared problem)."""
     from dataclasses import replace
 
     from kz_common.processing import BatchProcessor, InRecord
     from schemas import decode, encode
+    from services.verifier import service
 
+    batches: list[int] = []
+
+    def spy(session, items, workers):  # type: ignore[no-untyped-def]  # the real one, counted
+        batches.append(len(items))
+        return real(session, items, workers)
+
+    real = service.verify_batch
+    monkeypatch.setattr(service, "verify_batch", spy)
     core = VerifierCore(replace(CPU_OPTIONS, workers=2))
     assert core.concurrency == 2
-    sources = [(SOLUTIONS / "add_ok.py").read_text(), (CHEATS / "zeros_output.py").read_text()]
-    recs = [InRecord("extracted", 0, i, encode(_extracted(src))) for i, src in enumerate(sources)]
+    events = [_extracted((SOLUTIONS / "add_ok.py").read_text()),
+              _extracted(None, reason="no code block"),
+              _extracted("class ModelNew: pass", problem=" "),
+              _extracted((CHEATS / "zeros_output.py").read_text())]
+    recs = [InRecord("extracted", 0, i, encode(e)) for i, e in enumerate(events)]
     try:
         outs = BatchProcessor(core, max_bytes=4_000_000, capacity=10).handle_many(recs, 2)
         session = core._session
         assert session is not None and len(session._bundles) == 1
     finally:
         core.close()
-    ok, bad = (decode(o.value).payload for o in outs)
+    assert batches == [2]  # both accepted extractions in one verify_batch
+    assert [o.topic for o in outs] == ["verified", "verified", "dead-letters", "verified"]
+    ok, unextracted, _, bad = (decode(o.value).payload for o in outs)
     assert ok.passed and ok.stage == "passed" and not bad.passed
+    assert unextracted.stage == "extraction" and not unextracted.passed
     with pytest.raises(ValueError, match="workers"):
         replace(CPU_OPTIONS, workers=0)
 

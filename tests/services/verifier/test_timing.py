@@ -13,12 +13,12 @@ from services.verifier import timing
 from services.verifier.timing import STABLE_SPREAD, Timer
 
 
-def _timer(attempts: list[dict[str, Any]]) -> tuple[Timer, list[int]]:
+def _timer(attempts: list[dict[str, Any]]) -> tuple[Timer, list[bool]]:
     t = Timer.__new__(Timer)  # no CUDA buffers: only the attempt policy runs
-    calls: list[int] = []
+    calls: list[bool] = []  # per attempt: was it the first
 
-    def attempt(fns: Any, warmup: int, runs: int) -> dict[str, Any]:
-        calls.append(len(calls))
+    def attempt(fns: Any, warmup: int, runs: int, first: bool = True) -> dict[str, Any]:
+        calls.append(first)
         return dict(attempts[len(calls) - 1])
 
     t._attempt = attempt  # type: ignore[method-assign]
@@ -98,6 +98,16 @@ def test_an_attempt_outlasted_by_its_host_is_retried_even_if_steady() -> None:
     assert len(calls) == 2 and st["median_ms"] == 1.0
 
 
+def test_retries_are_marked_as_such_and_their_reasons_kept() -> None:
+    late = {**_st(2.0, 0.02), "host_late": 0.9}
+    t, calls = _timer([late, _st(1.5, 0.5), _st(1.0, 0.05)])
+    st = t.time([], warmup=3, runs=10)
+    assert calls == [True, False, False] and st["median_ms"] == 1.0
+    assert st["retried"] == ["late", "spread"]
+    t, calls = _timer([_st(1.0, 0.05)])
+    assert t.time([], warmup=3, runs=10)["retried"] == []
+
+
 class _FakeDevice:
     """Stands in for `Timer._loop`: a kernel of `kernel` ms launched in `host` ms, whose
     host wakes 15 us after a sync that followed one flush pass and 30 us after a longer
@@ -126,7 +136,13 @@ class _FakeDevice:
 
         t._loop = loop  # type: ignore[method-assign]
         t._back_to_back = back_to_back  # type: ignore[method-assign]
-        t._warm = lambda fns, warmup: [self.host] * 8  # type: ignore[method-assign]
+        self.warm_s: list[float] = []  # the time-based warm-up asked of each attempt
+
+        def warm(fns: Any, warmup: int, min_s: float = timing.WARMUP_S) -> list[float]:
+            self.warm_s.append(min_s)
+            return [self.host] * 8
+
+        t._warm = warm  # type: ignore[method-assign]
 
 
 def _fake_timer(dev: _FakeDevice) -> Timer:
@@ -169,3 +185,22 @@ def test_the_back_to_back_median_is_reported_only_at_or_above_the_synced_one(
     assert st["b2b_median_ms"] == pytest.approx(0.02 * b2b) and st["last_outputs"] == ["out"]
     # ~B2B_S of device time at ~0.087 ms a run (kernel + one flush pass), like do_bench's rep
     assert dev.b2b_runs == int(timing.B2B_S * 1e3 / (0.02 + 0.067))
+
+
+@pytest.mark.parametrize("late_host", [False, True])
+def test_a_retry_warms_up_by_count_only_and_refits_only_a_shadow_that_was_outlasted(
+        late_host: bool) -> None:
+    """The device is warm right after an attempt: no second 50 ms warm-up. A shadow that
+    held its host is kept; one the host outlasted is refitted to that attempt's launches."""
+    dev = _FakeDevice(kernel=0.02, host=0.1)
+    t = _fake_timer(dev)
+    t._attempt([lambda: "out"], 3, 10)
+    fitted = (t.passes, None if t.extra is None else t.extra.numel())
+    if late_host:
+        t.last_loop = timing._Shadow([0.01] * 10, [0.5] * 10)  # every run outlasted
+    t._attempt([lambda: "out"], 3, 10, first=False)
+    assert dev.warm_s == [timing.WARMUP_S, 0.0]
+    refitted = (t.passes, None if t.extra is None else t.extra.numel())
+    assert (refitted != fitted) == late_host
+    if late_host:  # 1.3 x 0.5 ms, capped at MAX_SHADOW_MS
+        assert t._expected_shadow_ms() == pytest.approx(timing.MAX_SHADOW_MS, rel=0.01)
