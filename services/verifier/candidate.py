@@ -105,7 +105,8 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
 
 
 @contextmanager
-def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None) -> Iterator[str]:
+def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None,
+                    steps: dict[str, float]) -> Iterator[str]:
     """Where the parent compares outputs with references: on a GPU host the GPU itself (a
     256 MB fp32 output costs ~1 s of the host's CPU to compare, ~1 ms of the GPU's), under
     the shared lock so that no comparison runs while another candidate is being timed.
@@ -115,7 +116,9 @@ def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None) -> Iter
     if options.device != "cuda":
         yield "cpu"
         return
+    t0 = time.monotonic()
     with gates.shared() if gates is not None else nullcontext():
+        steps["judge_lock_wait"] = steps.get("judge_lock_wait", 0.0) + time.monotonic() - t0
         yield "cuda"
 
 
@@ -176,11 +179,11 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
             if data is None and not o.failures:
                 o.fail("output", f"call {i}: no readable outputs")
             if data is not None:
-                with _compare_device(options, gates) as dev:
+                with _compare_device(options, gates, steps) as dev:
                     _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})",
                                 expect_inputs=bool(call.get("save_inputs")), device=dev)
         if not o.failures and job.get("timing"):
-            with _compare_device(options, gates) as dev:
+            with _compare_device(options, gates, steps) as dev:
                 _check_timing(o, timed, report, bundle, dev)
     return o
 

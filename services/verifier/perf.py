@@ -9,6 +9,7 @@ import platform
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -34,6 +35,13 @@ class GpuLock:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._local = threading.local()  # per thread: what its last exclusive() waited for
+
+    def last_exclusive_wait(self) -> dict[str, float]:
+        """Seconds the calling thread's last `exclusive` waited for other timed phases
+        (writers), for shared holders to finish (readers), and for other processes (flock):
+        diagnostics of where a candidate's wait for the GPU goes."""
+        return dict(getattr(self._local, "wait", {}))
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -51,14 +59,20 @@ class GpuLock:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
+        wait = {"writers": 0.0, "readers": 0.0, "flock": 0.0}
         with self._cv:
             self._writers_waiting += 1
             while self._writer or self._readers:
+                kind, t = ("writers" if self._writer else "readers"), time.monotonic()
                 self._cv.wait()
+                wait[kind] += time.monotonic() - t
             self._writers_waiting -= 1
             self._writer = True
         try:
+            t = time.monotonic()
             with self._flock(fcntl.LOCK_EX):
+                wait["flock"] = time.monotonic() - t
+                self._local.wait = {k: round(v, 3) for k, v in wait.items()}
                 yield
         finally:
             with self._cv:

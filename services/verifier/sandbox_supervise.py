@@ -123,6 +123,8 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
     if ctrl.ready.is_set() and proc.poll() is None:
         with gates.exclusive(), others_paused(_others(uid)) as paused:
             lap("exclusive_wait")
+            waits: dict[str, float] = getattr(gates, "last_exclusive_wait", dict)()  # for whom
+            t.update({f"exclusive_wait_{k}": v for k, v in waits.items()})
             renice(proc, TIMING_NICE)
             cpu = CpuMeter()
             send(proc, b"GO\n")

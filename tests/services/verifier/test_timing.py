@@ -115,8 +115,9 @@ class _FakeDevice:
     shadow that takes `stretch` x its expected time (side work running inside it)."""
 
     def __init__(self, kernel: float, host: float, stretch: float = 1.0,
-                 b2b: float = 1.0) -> None:
+                 b2b: float = 1.0, loop_host: float | None = None) -> None:
         self.kernel, self.host, self.stretch, self.strict_calls = kernel, host, stretch, 0
+        self.loop_host = host if loop_host is None else loop_host  # launch time in the loop
         self.b2b, self.b2b_calls = b2b, 0  # back to back: `b2b` x the synced kernel time
 
     def install(self, t: Timer) -> None:
@@ -127,7 +128,7 @@ class _FakeDevice:
             t1 = [self.kernel if r else 0.0 for r in real]
             t2 = [a + gap for a in t1]
             shadow = t._expected_shadow_ms() * self.stretch
-            t.last_loop = timing._Shadow([shadow] * runs, [self.host] * runs)
+            t.last_loop = timing._Shadow([shadow] * runs, [self.loop_host] * runs)
             return t1, t2, [s() for s in seq]
 
         def back_to_back(fns: Any, runs: int) -> list[float]:
@@ -204,3 +205,13 @@ def test_a_retry_warms_up_by_count_only_and_refits_only_a_shadow_that_was_outlas
     assert (refitted != fitted) == late_host
     if late_host:  # 1.3 x 0.5 ms, capped at MAX_SHADOW_MS
         assert t._expected_shadow_ms() == pytest.approx(timing.MAX_SHADOW_MS, rel=0.01)
+
+
+def test_the_first_shadow_is_fitted_to_the_loops_own_launch_time() -> None:
+    """The warm-up's launches read faster than the synced loop's (a host waking from a
+    sync): fitted to the warm-up alone, the host would outlast every run and force a retry."""
+    dev = _FakeDevice(kernel=0.02, host=0.05, loop_host=0.2)
+    t = _fake_timer(dev)
+    st = t.time([lambda: "out"], warmup=3, runs=10)
+    assert t._expected_shadow_ms() >= 0.99 * timing.SHADOW_MARGIN * 0.2  # slices: 1024 words
+    assert st["attempts"] == 1 and st["host_late"] == 0.0 and st["retried"] == []
