@@ -199,6 +199,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "harness_steps_s": r.details.get("harness_steps_s"),
                      "harness_cpu_s": r.details.get("harness_cpu_s"),
                      "reference_steps_s": r.details.get("reference_steps_s"),
+                     "reference_phase_s": r.details.get("reference_phase_s"),
+                     "reference_timing": r.details.get("reference_timing"),
                      # the timer's own view of each timed run: flush shadow vs host launch
                      "timing_diag": _timing_diag(r.details.get("candidate_timing") or {})})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
@@ -235,6 +237,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             # the reference worker's own clock (startup is hidden when it was pre-started)
             "median_reference_steps_s": _medians([x["reference_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
+            "exclusive_s": _exclusive(batch, rows, wall),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
@@ -242,6 +245,24 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
                "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream")
+
+
+def _exclusive(batch: list[tuple[str, str, str]], rows: list[dict[str, Any]],
+               wall: float) -> dict[str, Any]:
+    """Seconds the exclusive GPU lock was held, every other sandbox on the host paused:
+    by the candidates' timed runs and by the bundles' baseline timings (each bundle once,
+    the longest named), and their share of the batch's wall time."""
+    cand = sum((x.get("phase_s") or {}).get("exclusive", 0.0) for x in rows)
+    bundles: dict[str, tuple[float, str]] = {}
+    for (label, problem, _), x in zip(batch, rows):
+        ph = x.get("reference_phase_s")
+        if isinstance(ph, dict) and "exclusive" in ph:
+            bundles[problem] = (ph["exclusive"], label)
+    held = sum(t for t, _ in bundles.values())
+    longest = max(bundles.values(), default=(0.0, ""))
+    return {"candidates": round(cand, 2), "bundles": round(held, 2), "bundles_n": len(bundles),
+            "longest_bundle": [round(longest[0], 2), longest[1]],
+            "share_of_wall": round((cand + held) / wall, 3) if wall > 0 else None}
 
 
 def _mid_rate(ends: list[float]) -> dict[str, Any]:
@@ -374,6 +395,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
                                 for k, t in (v.get("median_harness_steps_s") or {}).items()),
             "reference": " ".join(f"{k}={t:.2f}"
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
+            "exclusive": " ".join(f"{k}={t}" for k, t in (v.get("exclusive_s") or {}).items()),
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
             "cpu_s_per_cand": v.get("cpu_s_per_candidate"),
@@ -387,7 +409,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_done_s",
-             "median_cand_s", "warm_starts",
+             "median_cand_s", "warm_starts", "exclusive",
              "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]

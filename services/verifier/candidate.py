@@ -104,16 +104,32 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
         steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
 
 
+# Outputs up to this size are compared on the parent's CPU even on a GPU host, with no lock:
+# ~4-10 ms of CPU for 1M elements (2-core dev box), against a median 1.25 s that a judgement
+# waited for the shared GPU lock over its ~10 comparisons in an H200 batch. The largest
+# shape's outputs (16M fp32 elements: ~0.3 s of CPU) still go to the GPU.
+CPU_COMPARE_BYTES = 4 << 20
+
+
+def _output_bytes(data: Any) -> int:
+    """Bytes of the plain tensors among a loaded call's outputs (0 for anything else)."""
+    outs = data.get("outputs") if isinstance(data, dict) else None
+    if not isinstance(outs, list):
+        return 0
+    return sum(o.numel() * o.element_size() for o in outs if type(o) is torch.Tensor)
+
+
 @contextmanager
 def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None,
-                    steps: dict[str, float]) -> Iterator[str]:
-    """Where the parent compares outputs with references: on a GPU host the GPU itself (a
-    256 MB fp32 output costs ~1 s of the host's CPU to compare, ~1 ms of the GPU's), under
-    the shared lock so that no comparison runs while another candidate is being timed.
-    Taken per call, not for a whole judgement: a timed phase waits for every shared holder
-    to finish, and one judgement held it for 1.0-1.8 s in a busy H200 batch (the parent's
-    12 threads share one interpreter)."""
-    if options.device != "cuda":
+                    steps: dict[str, float], nbytes: int) -> Iterator[str]:
+    """Where the parent compares `nbytes` of outputs with references: on a GPU host the GPU
+    itself for large outputs (a 256 MB fp32 output costs ~1 s of the host's CPU to compare,
+    ~1 ms of the GPU's), under the shared lock so that no comparison runs while another
+    candidate is being timed; small ones on the CPU (CPU_COMPARE_BYTES). Taken per call,
+    not for a whole judgement: a timed phase waits for every shared holder to finish, and
+    one judgement held it for 1.0-1.8 s in a busy H200 batch (the parent's 12 threads share
+    one interpreter)."""
+    if options.device != "cuda" or nbytes <= CPU_COMPARE_BYTES:
         yield "cpu"
         return
     t0 = time.monotonic()
@@ -179,11 +195,12 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
             if data is None and not o.failures:
                 o.fail("output", f"call {i}: no readable outputs")
             if data is not None:
-                with _compare_device(options, gates, steps) as dev:
+                with _compare_device(options, gates, steps, _output_bytes(data)) as dev:
                     _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})",
                                 expect_inputs=bool(call.get("save_inputs")), device=dev)
         if not o.failures and job.get("timing"):
-            with _compare_device(options, gates, steps) as dev:
+            with _compare_device(options, gates, steps,
+                                 sum(map(_output_bytes, timed))) as dev:
                 _check_timing(o, timed, report, bundle, dev)
     return o
 

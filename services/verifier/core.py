@@ -172,6 +172,8 @@ class Session:
                                     "reference_isolation": bundle.isolation,
                                     # the reference worker's own clock: diagnostics only
                                     "reference_steps_s": bundle.meta.get("steps_s"),
+                                    "reference_phase_s": bundle.meta.get("phase_s"),
+                                    "reference_timing": _baseline_summary(bundle.meta),
                                     "reference_warm_start": bundle.meta.get("warm_start")})
         if o.device == "cuda" and not out.failures:
             self._performance(rep, out, bundle)
@@ -217,6 +219,19 @@ class Session:
             out.fail("timing", f"impossible time {c_ms:.4g} ms: below {self.options.sol_margin} x "
                                f"the speed-of-light bound {b['sol_s'] * 1e3:.4g} ms "
                                "(timer evasion)")
+
+
+_BASELINE_KEYS = ("median_ms", "attempts", "retried", "runs", "b2b_runs", "loop", "host_late")
+
+
+def _baseline_summary(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """How each baseline was timed (attempts, runs, loop): diagnostics of the exclusive
+    phase a bundle held, every other sandbox paused meanwhile."""
+    t = meta.get("timing")
+    if not isinstance(t, dict):
+        return None
+    return {name: {k: st.get(k) for k in _BASELINE_KEYS} for name in ("naive", "optimized")
+            if isinstance(st := t.get(name), dict)}
 
 
 def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> VerifyReport:

@@ -222,6 +222,7 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
     W.make_readable(inputs_dir)
     m = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta_lit
     meta["warm_start"] = res.warm_start  # the parent's own observation, not the worker's
+    meta["phase_s"] = res.phase_s  # the parent's clock: lock waits, the exclusive timing hold
     return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs,
                            hi_refs=hi_refs, inputs=inputs,
                            tolerances=tols, isolation=res.isolation, family=family,

@@ -30,6 +30,7 @@ below the synced loop's median (B2B_MAX).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -62,6 +63,13 @@ B2B_MAX = 1.1
 # kernel moved by 2.1% from call to call on the H200, over 1000 runs by 0.1-0.3%.
 B2B_S = 0.05
 B2B_RUNS = 1000
+# A loop takes about LOOP_S of device time at most: a kernel slower than LOOP_S / runs gets
+# fewer runs, never fewer than MIN_RUNS (do_bench's rule, rep / estimate). On the H200 the
+# naive attention baseline (24 ms a run) held the exclusive GPU lock for ~12 s, with every
+# other sandbox on the host paused, where most problems' baselines take ~0.2-0.5 s; a median
+# of 10+ runs of a multi-millisecond kernel is as steady as one of 60.
+LOOP_S = 0.25
+MIN_RUNS = 10
 # Runs of the synced loop that measure the host's launch time before the first attempt's
 # shadow is fitted (the warm-up's launches, without the sync, read faster).
 PROBE_RUNS = 8
@@ -88,6 +96,7 @@ class Timer:
         self.extra: torch.Tensor | None = None
         self._pass_ms: float | None = None  # device time of one flush pass, calibrated once
         self._empty_host_ms = 0.0  # host time of a run around an empty function
+        self._run_ms: float | None = None  # device time of one run of the timed fns (probe)
         self.last_loop = _Shadow([], [])
 
     def _events(self, n: int) -> list[Any]:
@@ -178,6 +187,13 @@ class Timer:
         part = self.extra.numel() / self.flush.numel() if self.extra is not None else 0.0
         return (self._pass_ms or 0.0) * (self.passes + part)
 
+    def budgeted(self, runs: int) -> int:
+        """`runs`, or fewer for a slow kernel: about LOOP_S of device time, >= MIN_RUNS."""
+        per_run = (self._run_ms or 0.0) + self._expected_shadow_ms()
+        if per_run <= 0:
+            return runs
+        return min(runs, max(MIN_RUNS, math.ceil(LOOP_S * 1e3 / per_run)))
+
     def _paired(self, fns: Sequence[Callable[[], Any]], runs: int,
                 strict: bool = False) -> tuple[list[float], list[float], float, list[Any]]:
         """`runs` runs, each right after a run of an empty function under the same shadow:
@@ -203,6 +219,7 @@ class Timer:
         medians: list[float] = []
         retried: list[str] = []  # why each attempt but the last was not good enough
         self.last_loop = _Shadow([], [])  # launch times of another function do not carry over
+        self._run_ms = None  # nor does its run time
         for k in range(max(1, attempts)):
             st = self._attempt(fns, warmup, runs, first=k == 0)
             medians.append(st["median_ms"])
@@ -235,9 +252,11 @@ class Timer:
             # ... and the loop's own launches: a host waking from the per-run sync is slower
             # than the warm-up's (in an H200 batch 64-88% of the retries were for a late
             # host, each ~65 ms more of the exclusive lock); a few runs measure it.
-            self._paired(fns, PROBE_RUNS)
+            probe = self._paired(fns, PROBE_RUNS)[0]
+            self._run_ms = _median(probe)
             self._fit_shadow(max(warm, self.last_loop.host_ms, key=lambda xs: _quantile(xs, 0.9)))
         # else: the last attempt's shadow held its host; it was only spread out: keep it
+        runs = self.budgeted(runs)
         t1, t2, gap0, last = self._paired(fns, runs)
         shadow = self.last_loop
         gaps = [b - a for a, b in zip(t1, t2)]

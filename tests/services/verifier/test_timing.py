@@ -121,8 +121,11 @@ class _FakeDevice:
         self.b2b, self.b2b_calls = b2b, 0  # back to back: `b2b` x the synced kernel time
 
     def install(self, t: Timer) -> None:
+        self.loop_runs: list[int] = []  # runs of each synced loop (paired: half are empty)
+
         def loop(seq: Any, runs: int, strict: bool = False) -> Any:
             self.strict_calls += strict
+            self.loop_runs.append(runs)
             gap = 0.015 if t.passes == 1 and t.extra is None else 0.03
             real = [seq[i % len(seq)] is not timing._noop for i in range(runs)]
             t1 = [self.kernel if r else 0.0 for r in real]
@@ -215,3 +218,18 @@ def test_the_first_shadow_is_fitted_to_the_loops_own_launch_time() -> None:
     st = t.time([lambda: "out"], warmup=3, runs=10)
     assert t._expected_shadow_ms() >= 0.99 * timing.SHADOW_MARGIN * 0.2  # slices: 1024 words
     assert st["attempts"] == 1 and st["host_late"] == 0.0 and st["retried"] == []
+
+
+@pytest.mark.parametrize("kernel_ms, runs", [
+    (0.02, 62),  # a short kernel: every run asked for
+    (24.0, 11),  # the naive attention baseline: ~LOOP_S of device time, ceil(250 / 24.07)
+    (100.0, timing.MIN_RUNS),  # never fewer than MIN_RUNS
+])
+def test_a_slow_kernel_gets_about_loop_s_of_runs_per_loop(kernel_ms: float, runs: int) -> None:
+    """do_bench's rule: a loop's run count is bounded by a device-time budget (a 24 ms
+    kernel held the exclusive GPU lock, every other sandbox paused, for 12 s on the H200)."""
+    dev = _FakeDevice(kernel=kernel_ms, host=0.03)
+    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=62)
+    assert st["runs"] == runs and st["median_ms"] == pytest.approx(kernel_ms)
+    assert dev.loop_runs[-1] == 2 * runs  # the timed loop: each run after an empty one
+    assert dev.b2b_runs >= runs  # the back-to-back loop never runs fewer
