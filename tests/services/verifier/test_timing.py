@@ -233,3 +233,14 @@ def test_a_slow_kernel_gets_about_loop_s_of_runs_per_loop(kernel_ms: float, runs
     assert st["runs"] == runs and st["median_ms"] == pytest.approx(kernel_ms)
     assert dev.loop_runs[-1] == 2 * runs  # the timed loop: each run after an empty one
     assert dev.b2b_runs >= runs  # the back-to-back loop never runs fewer
+
+
+@pytest.mark.parametrize("kernel_ms, attempts", [(24.0, 1), (0.02, timing.MAX_ATTEMPTS)])
+def test_a_host_late_by_a_sliver_of_a_long_kernel_is_not_retried(
+        kernel_ms: float, attempts: int) -> None:
+    """A host launching in 0.7 ms outlasts the longest shadow (0.6 ms): by 0.1 ms, under 1%
+    of a 24 ms kernel (no retry), but 5x a 0.02 ms one (every attempt retried)."""
+    dev = _FakeDevice(kernel=kernel_ms, host=0.7)
+    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=30)
+    assert st["flush_ms"] == pytest.approx(timing.MAX_SHADOW_MS, rel=0.01)  # capped
+    assert st["attempts"] == attempts and (st["host_late"] == 0.0) == (attempts == 1)
