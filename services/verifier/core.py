@@ -221,7 +221,8 @@ class Session:
                                "(timer evasion)")
 
 
-_BASELINE_KEYS = ("median_ms", "attempts", "retried", "runs", "b2b_runs", "loop", "host_late")
+_BASELINE_KEYS = ("median_ms", "attempts", "retried", "retries_cut", "runs", "b2b_runs", "loop",
+                  "host_late")
 
 
 def _baseline_summary(meta: dict[str, Any]) -> dict[str, Any] | None:

@@ -244,3 +244,23 @@ def test_a_host_late_by_a_sliver_of_a_long_kernel_is_not_retried(
     st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=30)
     assert st["flush_ms"] == pytest.approx(timing.MAX_SHADOW_MS, rel=0.01)  # capped
     assert st["attempts"] == attempts and (st["host_late"] == 0.0) == (attempts == 1)
+
+
+@pytest.mark.parametrize("attempt_s, attempts", [(0.1, 3), (0.3, 2), (0.6, 1)])
+def test_no_retry_starts_once_the_timing_has_run_past_its_budget(
+        attempt_s: float, attempts: int) -> None:
+    """Three disturbed attempts of a short kernel fit RETRY_BUDGET_S; a slow kernel's do
+    not: the cleanest attempt so far is reported, and the cut is recorded."""
+    now = [0.0]
+    t, calls = _timer([_st(3.0, 0.5), _st(2.0, 0.4), _st(1.0, 0.3)])
+    inner = t._attempt
+
+    def stepping(*args: Any, **kw: Any) -> dict[str, Any]:
+        now[0] += attempt_s
+        return inner(*args, **kw)
+
+    t._attempt = stepping  # type: ignore[method-assign]
+    t.clock = lambda: now[0]  # type: ignore[method-assign]
+    st = t.time([], warmup=3, runs=10)
+    assert len(calls) == attempts and st["median_ms"] == 4.0 - attempts
+    assert st["retries_cut"] == (attempts < timing.MAX_ATTEMPTS)
