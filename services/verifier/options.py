@@ -13,7 +13,9 @@ from services.verifier.policy import DEFAULT_POLICY, POLICIES
 VERIFIER_VERSION = "1.4.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
-# under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the CPU
+# under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
+# CPU; timed runs share one set of input objects whose contents rotate, then one traced call
+# per set (memoised outputs and library compute in the timed runs are rejected)
 
 
 def _default_cache() -> str:

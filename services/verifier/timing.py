@@ -31,6 +31,7 @@ below the synced loop's median (B2B_MAX).
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -94,6 +95,7 @@ class Timer:
     """Holds the real CUDA primitives, captured before any untrusted code runs."""
 
     clock = staticmethod(time.perf_counter)  # the retry budget's clock (a test may step it)
+    _prepare: Sequence[Callable[[], Any]] | None = None  # per timed fn, set by time()
 
     def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT, adaptive: bool = True) -> None:
         self.Event = torch.cuda.Event
@@ -101,6 +103,8 @@ class Timer:
         self.elapsed = torch.cuda.Event.elapsed_time
         self.sync = torch.cuda.synchronize
         self.zero_ = torch.Tensor.zero_
+        self.copy_ = torch.Tensor.copy_
+        self.empty_like = torch.empty_like
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self.adaptive = adaptive  # False: one flush pass, whatever the host (the old timer)
         self.passes = 1  # the shadow: whole flush passes, then a slice of the buffer
@@ -110,11 +114,23 @@ class Timer:
         self._run_ms: float | None = None  # device time of one run of the timed fns (probe)
         self.last_loop = _Shadow([], [])
 
+    def rotating(self, sets: Sequence[Sequence[Any]]) -> tuple[list[list[Any]],
+                                                              list[Callable[[], Any]] | None]:
+        """One set of input tensors for every timed run, whose CONTENTS become set k's
+        before each run of set k (`prepare[k]`, outside the measured interval). A model
+        that memoises outputs by input identity (the same objects every run) then returns
+        a stale output, and the last output of each set is checked; with one object per
+        set it could return each set's first result and time a do-nothing kernel. Returns
+        per-set argument lists and the prepare callables; the sets themselves and no
+        prepare where the sets differ in layout."""
+        return rotating(sets, self.empty_like, self.copy_)
+
     def _events(self, n: int) -> list[Any]:
         return [self.Event(enable_timing=True) for _ in range(n)]
 
-    def _loop(self, fns: Sequence[Callable[[], Any]], runs: int,
-              strict: bool = False) -> tuple[list[float], list[float], list[Any]]:
+    def _loop(self, fns: Sequence[Callable[[], Any]], runs: int, strict: bool = False,
+              prepare: Sequence[Callable[[], Any] | None] | None = None,
+              ) -> tuple[list[float], list[float], list[Any]]:
         f0s, starts = self._events(runs), self._events(runs)
         e1s, e2s = self._events(runs), self._events(runs)
         last: list[Any] = [None] * len(fns)
@@ -122,6 +138,9 @@ class Timer:
         clock = time.perf_counter
         for i in range(runs):
             k = i % len(fns)
+            load = prepare[k] if prepare is not None else None
+            if load is not None:
+                load()  # queued before f0: outside the shadow and the timed interval
             h0 = clock()
             self.record(f0s[i])
             self._shadow()
@@ -203,11 +222,16 @@ class Timer:
         return LATE_SLACK * (self._run_ms or 0.0)
 
     def budgeted(self, runs: int) -> int:
-        """`runs`, or fewer for a slow kernel: about LOOP_S of device time, >= MIN_RUNS."""
+        """`runs`, or fewer for a slow kernel: about LOOP_S of device time, >= MIN_RUNS.
+
+        A cut count gets up to a quarter more at random, as the parent draws `runs`: a
+        candidate that slows its probe to force MIN_RUNS must not learn which run is the
+        last of each input set (only those outputs are checked)."""
         per_run = (self._run_ms or 0.0) + self._expected_shadow_ms()
         if per_run <= 0:
             return runs
-        return min(runs, max(MIN_RUNS, math.ceil(LOOP_S * 1e3 / per_run)))
+        fit = max(MIN_RUNS, math.ceil(LOOP_S * 1e3 / per_run))
+        return runs if fit >= runs else fit + secrets.randbelow(fit // 4 + 1)
 
     def _paired(self, fns: Sequence[Callable[[], Any]], runs: int,
                 strict: bool = False) -> tuple[list[float], list[float], float, list[Any]]:
@@ -217,24 +241,28 @@ class Timer:
         17-20 us after a short shadow, 22-34 us after a long one, in a busy H200 batch).
         Returns the candidate's t1, t2, that gap and its last outputs per input set."""
         seq = [f for fn in fns for f in (_noop, fn)]
-        t1, t2, last = self._loop(seq, 2 * runs, strict)
+        prep = [f for p in self._prepare for f in (None, p)] if self._prepare else None
+        t1, t2, last = self._loop(seq, 2 * runs, strict, prep)
         shadow = self.last_loop
         self.last_loop = _Shadow(shadow.flush_ms[1::2], shadow.host_ms[1::2])
         gap0 = _median([b - a for a, b in zip(t1[0::2], t2[0::2])])
         return t1[1::2], t2[1::2], gap0, last[1::2]
 
     def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
-             attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
+             attempts: int = MAX_ATTEMPTS,
+             prepare: Sequence[Callable[[], Any]] | None = None) -> dict[str, Any]:
         """Time `fns` (rotated input sets); returns stats in ms and the last output per set
         of the reported attempt. A disturbed attempt is repeated: spread > STABLE_SPREAD, or
         more than LATE_OK of its runs outlasted by the host (the next shadow is then fitted
         to them); interference only ever adds time, so the cleanest attempt is the truest one. An
-        attempt that saw side-stream work ends the search: it is reported as it is."""
+        attempt that saw side-stream work ends the search: it is reported as it is.
+        `prepare[k]`, if given, runs before each synced run of `fns[k]` (see rotating)."""
         best: dict[str, Any] | None = None
         medians: list[float] = []
         retried: list[str] = []  # why each attempt but the last was not good enough
         self.last_loop = _Shadow([], [])  # launch times of another function do not carry over
         self._run_ms = None  # nor does its run time
+        self._prepare = prepare
         t0, cut = self.clock(), False
         for k in range(max(1, attempts)):
             st = self._attempt(fns, warmup, runs, first=k == 0)
@@ -328,6 +356,38 @@ class _Shadow:
 
 def _noop() -> None:
     return None
+
+
+def rotating(sets: Sequence[Sequence[Any]], empty_like: Callable[..., Any] = torch.empty_like,
+             copy_: Callable[..., Any] = torch.Tensor.copy_,
+             ) -> tuple[list[list[Any]], list[Callable[[], Any]] | None]:
+    """Timer.rotating with the primitives given (the Timer passes the ones it captured
+    before any untrusted code ran). The shared tensors start with set 0's contents."""
+    first = sets[0]
+    if any(len(s) != len(first) or any(_layout(a) != _layout(b) for a, b in zip(s, first))
+           for s in sets):
+        return [list(s) for s in sets], None
+    shared = [empty_like(x) if isinstance(x, torch.Tensor) else x for x in first]
+
+    def prepare(s: Sequence[Any]) -> Callable[[], Any]:
+        def load() -> None:
+            for dst, src in zip(shared, s):
+                if isinstance(src, torch.Tensor):
+                    copy_(dst, src)
+        return load
+
+    loads = [prepare(s) for s in sets]
+    loads[0]()
+    args = [[shared[j] if isinstance(x, torch.Tensor) else x for j, x in enumerate(s)]
+            for s in sets]
+    return args, loads
+
+
+def _layout(x: Any) -> Any:
+    """What must match for one tensor to stand for another (non-tensors: their value)."""
+    if isinstance(x, torch.Tensor):
+        return (type(x), x.dtype, x.device, tuple(x.shape), x.stride())
+    return ("value", repr(x))
 
 
 def _spread_key(st: dict[str, Any]) -> tuple[bool, float]:

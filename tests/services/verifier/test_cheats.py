@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.services.verifier.conftest import (ALL_CHEATS, PROBLEMS, Cheat, expect_in, gpu,
-                                              problem_src)
+from services.verifier.core import Session
+from services.verifier.report import VerifyReport
+from tests.services.verifier.conftest import (ALL_CHEATS, GPU_OPTIONS, PROBLEMS, Cheat,
+                                              expect_in, gpu, problem_src)
 from tests.services.verifier.naive_check import naive_check_many
 
 CPU_FOOLERS = [c for c in ALL_CHEATS if c.meta.get("fools_naive") == "cpu"]
@@ -28,7 +30,7 @@ def test_every_category_is_present() -> None:
                 "input_mutation", "output_alias", "wrong_dtype_or_strides", "hardcoded_shape",
                 "seed_predicting", "thread_compute", "subprocess_escape", "file_read_escape",
                 "network", "hang", "segfault", "oom", "fork_bomb", "no_triton_launch",
-                "syntax_error", "missing_modelnew", "nan_output"}
+                "syntax_error", "missing_modelnew", "nan_output", "timed_memo", "timed_library"}
     assert required <= names
 
 
@@ -39,6 +41,8 @@ def test_cheat_fools_the_naive_check(cheat: Cheat, naive_cpu: dict[str, bool]) -
 
 @pytest.mark.parametrize("cheat", ALL_CHEATS, ids=lambda c: c.name)
 def test_verifier_rejects_cheat(cheat: Cheat, cheat_verdicts: dict) -> None:
+    if "gpu_only" in cheat.meta:
+        pytest.skip(cheat.meta["gpu_only"])
     report = cheat_verdicts[cheat.name]
     assert not report.passed
     assert report.stage == cheat.meta["stage"], report.reasons
@@ -48,8 +52,10 @@ def test_verifier_rejects_cheat(cheat: Cheat, cheat_verdicts: dict) -> None:
 @pytest.mark.parametrize("cheat", RUNTIME_ONLY, ids=lambda c: c.name)
 def test_runtime_layer_alone_rejects(cheat: Cheat, cheat_verdicts: dict) -> None:
     """With the static library-compute rules off, the dispatch tracer still catches it."""
-    report = cheat_verdicts[cheat.name + "@runtime_only"]
     spec = cheat.meta["runtime_only"]
+    if "gpu_only" in spec:
+        pytest.skip(spec["gpu_only"])
+    report = cheat_verdicts[cheat.name + "@runtime_only"]
     assert not report.passed
     assert report.stage == spec["stage"], report.reasons
     assert expect_in(spec["expect"], report), report.reasons
@@ -83,6 +89,33 @@ def test_verifier_rejects_cheat_on_gpu(cheat: Cheat, gpu_cheat_verdicts: dict) -
     assert not report.passed, report.reasons
     if cheat.meta["stage"] == "static":
         assert expect_in(cheat.meta["expect"], report), report.reasons
+
+
+# Cheats that only the timed runs (CUDA) can show, with the policy each is judged under.
+TIMED = [(c, None, c.meta) for c in ALL_CHEATS if "gpu_only" in c.meta] + \
+    [(c, "runtime_only", c.meta["runtime_only"]) for c in RUNTIME_ONLY
+     if "gpu_only" in c.meta["runtime_only"]]
+
+
+@pytest.fixture(scope="module")
+def timed_verdicts() -> dict[str, VerifyReport]:
+    session = Session(GPU_OPTIONS)
+    try:
+        return {f"{c.name}@{policy}": session.verify(problem_src(c.problem_for("cuda")),
+                                                     c.source, policy=policy)
+                for c, policy, _ in TIMED}
+    finally:
+        session.close()
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cheat, policy, spec", TIMED, ids=lambda x: getattr(x, "name", x))
+def test_timed_run_cheats_are_rejected_on_gpu(cheat: Cheat, policy: str | None,
+                                              spec: dict, timed_verdicts: dict) -> None:
+    report = timed_verdicts[f"{cheat.name}@{policy}"]
+    assert not report.passed and report.stage == spec["stage"], report.reasons
+    assert expect_in(spec["expect"], report), report.reasons
 
 
 def test_problem_sources_parse() -> None:
