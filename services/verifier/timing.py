@@ -368,6 +368,8 @@ def rotating(sets: Sequence[Sequence[Any]], empty_like: Callable[..., Any] = tor
            for s in sets):
         return [list(s) for s in sets], None
     shared = [empty_like(x) if isinstance(x, torch.Tensor) else x for x in first]
+    if any(_layout(a) != _layout(b) for a, b in zip(shared, first)):
+        return [list(s) for s in sets], None  # e.g. a strided view: empty_like is contiguous
 
     def prepare(s: Sequence[Any]) -> Callable[[], Any]:
         def load() -> None:

@@ -305,6 +305,10 @@ def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
         assert torch.equal(args[k][0], sets[k][0]) and torch.equal(args[k][2], sets[k][2])
     odd = [[torch.zeros(4)], [torch.zeros(5)]]  # the sets differ in layout: no rotation
     assert timing.rotating(odd) == ([odd[0], odd[1]], None)
+    views = [[torch.zeros(4, 6)[:, ::2]] for _ in range(2)]  # no buffer of the same strides
+    assert timing.rotating(views) == ([views[0], views[1]], None)
+    t = [[torch.zeros(4, 6).t()] for _ in range(2)]  # transposed: empty_like keeps its strides
+    assert timing.rotating(t)[1] is not None
 
 
 def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> None:
