@@ -238,13 +238,16 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "median_reference_steps_s": _medians([x["reference_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
             "exclusive_s": _exclusive(batch, rows, wall),
+            # honest candidates' fastest holdout run / reported time; times raised to it
+            "holdout": _holdout_summary(honest),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
 
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
-               "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream", "retries_cut")
+               "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream", "retries_cut",
+               "holdout_ratio", "holdout_raised")
 
 
 def _exclusive(batch: list[tuple[str, str, str]], rows: list[dict[str, Any]],
@@ -284,6 +287,16 @@ def _timing_diag(st: dict[str, Any]) -> dict[str, Any]:
     if st.get("b2b_median_ms") and st.get("stream_median_ms"):
         out["b2b_over_synced"] = st["b2b_median_ms"] / st["stream_median_ms"]
     return out
+
+
+def _holdout_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ratios = sorted(x["timing_diag"]["holdout_ratio"] for x in rows
+                    if "holdout_ratio" in x["timing_diag"])
+    if not ratios:
+        return {}
+    return {"n": len(ratios), "median_ratio": statistics.median(ratios),
+            "max_ratio": ratios[-1], "raised": sum(bool(x["timing_diag"].get("holdout_raised"))
+                                                   for x in rows)}
 
 
 def _medians(dicts: list[Any]) -> dict[str, float]:
@@ -396,6 +409,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "reference": " ".join(f"{k}={t:.2f}"
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
             "exclusive": " ".join(f"{k}={t}" for k, t in (v.get("exclusive_s") or {}).items()),
+            "holdout": " ".join(f"{k}={t:.3g}" for k, t in (v.get("holdout") or {}).items()),
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
             "cpu_s_per_cand": v.get("cpu_s_per_candidate"),
@@ -409,7 +423,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_done_s",
-             "median_cand_s", "warm_starts", "exclusive",
+             "median_cand_s", "warm_starts", "exclusive", "holdout",
              "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from services.verifier import perf
 from services.verifier import policy as P
 from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
@@ -146,7 +147,8 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
         "inputs": inside.inputs, "allowed_aten": sorted(P.ALLOWED_ATEN_OPS),
         "poisoned_aten": sorted(P.POISONED_ATEN_OPS), "int_poison": P.INT_POISON,
         "calls": [{"shape_index": t["shape_index"], "file": t["file"],
-                   "save_inputs": t["trial"] == 0} for t in meta["trials"]],
+                   "save_inputs": t["trial"] == 0} for t in meta["trials"]
+                  if not t.get("holdout")],  # holdouts: only in the timed phase (reference.py)
         "shapes": [{"init_file": s["init_file"], "init_seed": s["init_seed"],
                     "state_file": s["state_file"]} for s in meta["shapes"]],
     }
@@ -154,6 +156,7 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
     if options.device == "cuda" and timing:
         n = options.n_timing_runs
         job["timing"] = {"shape_index": timing["shape_index"], "files": timing["files"],
+                         "holdout_files": timing.get("holdout_files", []),
                          "warmup": options.warmup, "runs": n + secrets.randbelow(n // 4 + 1),
                          "flush_bytes": options.flush_mb << 20,
                          "adaptive_shadow": options.adaptive_shadow}
@@ -187,9 +190,11 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
     with _step(steps, "judge_load"):  # every file first: the device section below is short
         calls = [W.load_tensors(work / "out" / f"call_{i}.pt", cap)
                  for i in range(len(job["calls"]))]
+        timing = bundle.meta["timing"] if job.get("timing") else {}
         timed = [W.load_tensors(work / "out" / f"timed_{k}.pt", cap)
-                 for k in range(len(bundle.meta["timing"]["trial_indices"]))] \
-            if job.get("timing") else []
+                 for k in range(len(timing.get("trial_indices", [])))]
+        held = [W.load_tensors(work / "out" / f"holdout_{k}.pt", cap)
+                for k in range(len(timing.get("holdout_indices", [])))]
     with _step(steps, "judge_compare"):
         for i, (call, data) in enumerate(zip(job["calls"], calls)):
             if data is None and not o.failures:
@@ -200,8 +205,9 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
                                 expect_inputs=bool(call.get("save_inputs")), device=dev)
         if not o.failures and job.get("timing"):
             with _compare_device(options, gates, steps,
-                                 sum(map(_output_bytes, timed))) as dev:
+                                 sum(map(_output_bytes, timed + held))) as dev:
                 _check_timing(o, timed, report, bundle, dev)
+                _check_holdouts(o, held, report, bundle, dev)
     return o
 
 
@@ -346,3 +352,33 @@ def _check_timing(o: Outcome, timed: list[Any], report: dict[str, Any],
         _check_call(o, data, ti, bundle, f"timed run {k}", device=device)
         for n in range(before, len(o.failures)):
             o.failures[n] = ("timing", o.failures[n][1] + " (output changed in timed runs)")
+
+
+def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
+                    bundle: ReferenceBundle, device: str) -> None:
+    """Holdout runs (new inputs of the timed shape, each timed once: reference_worker
+    ._holdouts): outputs checked as the timed runs' are, and their time bounds the
+    reported one from below (perf.holdout_floor)."""
+    indices = bundle.meta["timing"].get("holdout_indices") or []
+    if not indices or o.timing is None or o.failures:
+        return
+    ms = (report.get("timing") or {}).get("holdout_ms")
+    if not (isinstance(ms, list) and len(ms) == len(indices) and all(
+            isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ms)):
+        o.fail("timing", "no valid time for the holdout runs (new inputs, timed once)")
+        return
+    for k, (ti, data) in enumerate(zip(indices, held)):
+        before = len(o.failures)
+        if data is None:
+            o.fail("timing", f"holdout run {k}: no readable outputs")
+            continue
+        _check_call(o, data, ti, bundle, f"holdout run {k} (new inputs, timed once)",
+                    device=device)
+        for n in range(before, len(o.failures)):
+            o.failures[n] = ("timing", o.failures[n][1])
+    median, ratio, reason = perf.holdout_floor(o.timing["median_ms"], ms)
+    o.timing["holdout_ratio"] = round(ratio, 4)
+    if reason:
+        o.fail("timing", reason)
+    elif median > o.timing["median_ms"]:
+        o.timing["median_ms"], o.timing["holdout_raised"] = median, True

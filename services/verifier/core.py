@@ -168,7 +168,8 @@ class Session:
                            fingerprint=perf.fingerprint(o.device, device_name, out.isolation),
                            details={"kernels": list(kernels), **out.details,
                                     "shapes": [s["overrides"] for s in bundle.meta["shapes"]],
-                                    "trials": len(bundle.meta["trials"]),
+                                    "trials": sum(not t.get("holdout")
+                                                  for t in bundle.meta["trials"]),
                                     "reference_isolation": bundle.isolation,
                                     # the reference worker's own clock: diagnostics only
                                     "reference_steps_s": bundle.meta.get("steps_s"),

@@ -268,18 +268,22 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     spec = JOB["timing"]
     model = models[spec["shape_index"]]
     sets = [[_to_device(x) for x in _load(os.path.join(JOB["inputs"], f), weights_only=True)]
-            for f in spec["files"]]
+            for f in spec["files"] + spec.get("holdout_files", [])]
     args, loads = TIMER.rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
+    n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
     _mark("timing_inputs")
     if not _gate("KZ-READY"):  # the parent takes the exclusive GPU lock, then says go
         return
     _mark("exclusive_wait")
     _State.launches, _State.side_stream = 0, 0
     with torch.no_grad():
-        stats = TIMER.time(fns, warmup=spec["warmup"], runs=spec["runs"], prepare=loads)
+        stats = TIMER.time(fns[:n], warmup=spec["warmup"], runs=spec["runs"],
+                           prepare=loads[:n] if loads else None)
+        held_ms, held = TIMER.once(fns[n:], loads[n:] if loads else None) if fns[n:] \
+            else ([], [])
     launches, side_stream = _State.launches, _State.side_stream
-    echo = _echo(fns, loads)  # still under the exclusive lock: it runs kernels
+    echo = _echo(fns[:n], loads)  # still under the exclusive lock: it runs kernels
     _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
     _mark("timed")
     last = stats.pop("last_outputs")
@@ -290,11 +294,12 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     if not launches:
         REPORT["errors"].append(["timing", "no Triton launch during the timed runs"])
     REPORT["errors"].extend(echo)
-    REPORT["timing"] = stats
-    for k, out in enumerate(last):
-        outs = flatten(out)
-        tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
-        _save_later({"outputs": tensors, "inputs_after": None}, f"timed_{k}.pt")
+    REPORT["timing"] = {**stats, "holdout_ms": held_ms}
+    for name, outputs in (("timed", last), ("holdout", held)):
+        for k, out in enumerate(outputs):
+            outs = flatten(out)
+            tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
+            _save_later({"outputs": tensors, "inputs_after": None}, f"{name}_{k}.pt")
 
 
 def _echo(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:

@@ -10,12 +10,14 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.4.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.5.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
 # CPU; timed runs share one set of input objects whose contents rotate, then one traced call
-# per set (memoised outputs and library compute in the timed runs are rejected)
+# per set (memoised outputs and library compute in the timed runs are rejected); 1.5: two
+# holdouts (new inputs) timed once after the timed runs floor the reported time, and a cache
+# of outputs by input contents is rejected
 
 
 def _default_cache() -> str:
@@ -42,6 +44,9 @@ class VerifyOptions:
     warmup: int = 3
     flush_mb: int = 256  # L2 flush buffer (>= 2x L2)
     adaptive_shadow: bool = True  # flush for as long as the host takes to launch (timing.py)
+    # new inputs of the timed shape, each timed once after the timed runs and checked: a
+    # time faster than theirs came from inputs seen before (caching; candidate.py)
+    holdouts: int = 2
     sol_margin: float = 0.75  # reject times below margin * speed-of-light bound
     policy: str = DEFAULT_POLICY
     isolation: str = "auto"  # or a mode from sandbox.MODES
@@ -71,6 +76,8 @@ class VerifyOptions:
             raise ValueError("bundle_builders must be >= 1")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.holdouts < 0:
+            raise ValueError("holdouts must be >= 0")
         if self.warmup < 2 or self.n_timing_runs < 5:
             raise ValueError("need warmup >= 2 and n_timing_runs >= 5")
 

@@ -10,7 +10,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +19,28 @@ from typing import Any
 import torch
 
 from services.verifier.options import VERIFIER_VERSION
+
+# Holdouts (reference_worker._holdouts): new inputs of the timed shape, each run once after
+# the timed runs. L2 is flushed before every run, so an honest kernel is no faster on
+# contents it has seen; a model that caches outputs by input contents computes only these.
+HOLDOUT_SLACK = 0.02  # the reported time is at least the fastest holdout's / (1 + this)
+HOLDOUT_REJECT = 1.5  # a fastest holdout this many times the reported time is a cache
+
+
+def holdout_floor(median_ms: float, holdout_ms: Sequence[float],
+                  ) -> tuple[float, float, str | None]:
+    """(time to report, fastest holdout / median, rejection or None). The floor leaves a
+    cache that slows itself below HOLDOUT_REJECT at most HOLDOUT_SLACK of a gain; an honest
+    kernel's single synced runs read at or below the back-to-back median it reports."""
+    fastest = min(holdout_ms)
+    ratio = fastest / median_ms
+    reason = None
+    if ratio > HOLDOUT_REJECT:
+        reason = (f"new inputs ran {ratio:.2f}x slower than the timed runs on inputs seen "
+                  f"before ({fastest:.4g} vs {median_ms:.4g} ms): outputs cached by input "
+                  "contents")
+    return max(median_ms, fastest / (1 + HOLDOUT_SLACK)), ratio, reason
+
 
 class GpuLock:
     """Shared for correctness calls, exclusive for timed runs, on one GPU host.

@@ -71,7 +71,8 @@ class ReferenceBundle:
 
 def problem_key(problem_src: str, options: VerifyOptions) -> str:
     h = hashlib.sha256(problem_src.encode())
-    h.update(f"{options.device}|{options.trials}|{options.max_shapes}".encode())
+    h.update(f"{options.device}|{options.trials}|{options.max_shapes}|{options.holdouts}"
+             .encode())
     return h.hexdigest()[:24]
 
 
@@ -185,7 +186,7 @@ def _run(slot: RefSlot, options: VerifyOptions, base: Path, timing: bool,
            "hi_budget_s": options.reference_timeout_s / 4,
            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
-                      "flush_bytes": options.flush_mb << 20,
+                      "flush_bytes": options.flush_mb << 20, "holdouts": options.holdouts,
                       "adaptive_shadow": options.adaptive_shadow} if timing else None}
     res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
     W.copy_tree(slot.cache, slot.shared)

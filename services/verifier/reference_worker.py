@@ -261,12 +261,38 @@ def _baselines(mod: object, s: int, model: torch.nn.Module) -> dict:
     return {"naive": model, "optimized": opt}
 
 
+def _timing_shape() -> int:
+    """The shape the candidates and the baselines are timed on: the most input bytes."""
+    return max(range(len(META["shapes"])), key=lambda i: META["shapes"][i].get("input_bytes", 0))
+
+
+def _holdouts(mod: object, models: dict[int, torch.nn.Module]) -> bool:
+    """Trials of the timed shape that no correctness call shows a candidate (appended after
+    every other trial, flagged `holdout`): the timed runs repeat inputs the candidate has
+    seen, so a model that caches outputs by input CONTENTS (a fingerprint of a few
+    elements costs next to nothing) could time its cache. Each holdout is timed once,
+    after the timed runs, and checked; new contents cannot come from a cache. False when
+    the parent said stop."""
+    s = _timing_shape()
+    for k, v in META["shapes"][s]["overrides"].items():
+        setattr(mod, k, v)  # get_inputs reads the module's dims
+    hi = _hi_model(models[s]) if _HI["budget_s"] > 0 else None
+    for h in range(int(JOB["timing"].get("holdouts", 0))):
+        _trial(mod, models[s], hi, s, JOB["trials"] + h)
+        META["trials"][-1]["holdout"] = True
+        if not _gate("KZ-YIELD"):
+            return False
+    return True
+
+
 def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
     from kz_timing import Timer
 
     spec = JOB["timing"]
-    s = max(range(len(META["shapes"])), key=lambda i: META["shapes"][i].get("input_bytes", 0))
-    trials = [i for i, t in enumerate(META["trials"]) if t["shape_index"] == s]
+    s = _timing_shape()
+    trials = [i for i, t in enumerate(META["trials"])
+              if t["shape_index"] == s and not t.get("holdout")]
+    holdouts = [i for i, t in enumerate(META["trials"]) if t.get("holdout")]
     sets = [[_dev(x) for x in _KEPT_INPUTS[META["trials"][i]["file"]]] for i in trials]
     for k, v in META["shapes"][s]["overrides"].items():
         setattr(mod, k, v)
@@ -275,7 +301,8 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
     if not _gate("KZ-READY"):
         return
     out = {"shape_index": s, "files": [META["trials"][i]["file"] for i in trials],
-           "trial_indices": trials}
+           "trial_indices": trials, "holdout_indices": holdouts,
+           "holdout_files": [META["trials"][i]["file"] for i in holdouts]}
     with torch.no_grad():
         for name, m in baselines.items():
             if m is not None:
@@ -332,6 +359,8 @@ def main() -> None:
             if not _gate("KZ-YIELD"):  # lets a waiting timed phase go between trials
                 return
         del hi
+    if JOB.get("timing") and not _holdouts(mod, models):
+        return
     META["hi_ref_notes"] = sorted(_HI["notes"])
     META["hi_ref_s"] = round(_HI["spent_s"], 4)
     META["steps_s"] = {"startup": round(_STARTUP_S, 3),

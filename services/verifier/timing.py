@@ -284,6 +284,17 @@ class Timer:
         best["retried"], best["retries_cut"] = retried, cut
         return best
 
+    def once(self, fns: Sequence[Callable[[], Any]],
+             prepare: Sequence[Callable[[], Any]] | None = None) -> tuple[list[float], list[Any]]:
+        """Each of `fns` run once, as a run of the synced loop (after time(): its shadow):
+        the device time of each on the current stream, and its outputs. For holdouts,
+        inputs the candidate has not seen before (perf.holdout_floor). Not the synced
+        end point: one run's host wake-up gap varies by ~10 us, half a short kernel's
+        time (Triton launches on other streams are counted by the harness instead)."""
+        self._prepare = prepare
+        t1, _, _, last = self._paired(fns, len(fns))
+        return t1, last
+
     def _attempt(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
                  first: bool = True) -> dict[str, Any]:
         # A retry follows the last attempt without a pause: the clocks are up already, so

@@ -1,4 +1,5 @@
-"""Where the parent compares a candidate's outputs (CPU: the GPU path itself runs in test_gpu.py).
+"""Where the parent compares a candidate's outputs (CPU: the GPU path itself runs in test_gpu.py),
+and how it judges the holdout runs.
 
 On a GPU host large outputs are compared on the GPU under the shared lock; small ones on the
 host's CPU, taking no lock (each lock taken may wait for a timed phase)."""
@@ -7,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
 
 from services.verifier import candidate
+from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
+from services.verifier.reference import ReferenceBundle
 
 
 class _CountingGates:
@@ -57,3 +61,58 @@ def test_output_bytes_count_plain_tensors_only() -> None:
     assert candidate._output_bytes(_call(big, big.as_subclass(Sub), 3)) == 2048
     assert candidate._output_bytes({"outputs": "junk"}) == 0
     assert candidate._output_bytes(None) == 0
+
+
+def _bundle_with_holdouts() -> ReferenceBundle:
+    """Trial 0 is a correctness call; trials 1 and 2 are holdouts of the timed shape."""
+    xs = [[torch.full((8,), float(k + 1))] for k in range(3)]
+    meta = {"trials": [{"shape_index": 0, "trial": k, "scale_exp": 0, "holdout": k > 0}
+                       for k in range(3)],
+            "shapes": [{"overrides": {}}],
+            "timing": {"trial_indices": [0], "holdout_indices": [1, 2]}}
+    return ReferenceBundle(key="k", inputs_dir=Path("."), meta=meta,
+                           refs=[[x[0] * 2] for x in xs], hi_refs=[[None] for _ in xs],
+                           inputs=xs, tolerances={"float32": Tol(1e-4, 1e-4, 1e-4)},
+                           isolation="none")
+
+
+def _held(bundle: ReferenceBundle, wrong: int | None = None) -> list[dict[str, object]]:
+    return [_call(bundle.refs[i][0] + (1.0 if k == wrong else 0.0))
+            for k, i in enumerate(bundle.meta["timing"]["holdout_indices"])]
+
+
+@pytest.mark.parametrize("holdout_ms, median, raised", [
+    ([0.95, 1.01], 1.0, False),  # an honest kernel: single synced runs at or below b2b
+    ([1.2, 1.3], 1.2 / 1.02, True),  # slower on new inputs: the time rises to theirs
+])
+def test_holdout_runs_bound_the_reported_time_from_below(
+        holdout_ms: list[float], median: float, raised: bool) -> None:
+    bundle, o = _bundle_with_holdouts(), candidate.Outcome()
+    o.timing = {"median_ms": 1.0}
+    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": holdout_ms}},
+                              bundle, "cpu")
+    assert not o.failures and o.timing["median_ms"] == pytest.approx(median)
+    assert o.timing.get("holdout_raised", False) == raised
+
+
+def test_a_cache_by_input_contents_is_rejected_by_its_holdout_runs() -> None:
+    bundle, o = _bundle_with_holdouts(), candidate.Outcome()
+    o.timing = {"median_ms": 0.4}  # the timed runs, served from a cache
+    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": [1.0, 1.02]}},
+                              bundle, "cpu")
+    assert o.failures and o.failures[0][0] == "timing"
+    assert "outputs cached by input contents" in o.failures[0][1]
+
+
+@pytest.mark.parametrize("report, held_wrong, expect", [
+    ({"timing": {"holdout_ms": [1.0, 1.0]}}, 1, "holdout run 1"),  # a wrong output
+    ({"timing": {"holdout_ms": [1.0]}}, None, "no valid time for the holdout runs"),
+    ({"timing": {}}, None, "no valid time for the holdout runs"),
+    ({"timing": {"holdout_ms": [1.0, float("nan")]}}, None, "no valid time"),
+])
+def test_holdout_runs_must_be_timed_and_correct(report: dict[str, object],
+                                                held_wrong: int | None, expect: str) -> None:
+    bundle, o = _bundle_with_holdouts(), candidate.Outcome()
+    o.timing = {"median_ms": 1.0}
+    candidate._check_holdouts(o, _held(bundle, held_wrong), report, bundle, "cpu")
+    assert o.failures and o.failures[0][0] == "timing" and expect in o.failures[0][1]

@@ -30,7 +30,8 @@ def test_every_category_is_present() -> None:
                 "input_mutation", "output_alias", "wrong_dtype_or_strides", "hardcoded_shape",
                 "seed_predicting", "thread_compute", "subprocess_escape", "file_read_escape",
                 "network", "hang", "segfault", "oom", "fork_bomb", "no_triton_launch",
-                "syntax_error", "missing_modelnew", "nan_output", "timed_memo", "timed_library"}
+                "syntax_error", "missing_modelnew", "nan_output", "timed_memo", "timed_library",
+                "timed_content_memo"}
     assert required <= names
 
 

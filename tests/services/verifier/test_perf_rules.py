@@ -26,3 +26,11 @@ def test_catalogue_costs_are_used_when_available() -> None:
         assert flops > 0 and moved and moved > 0
     assert perf.op_costs(None, {}, "float32") == (None, None)
     assert perf.op_costs("no_such_op", {}, "float32") == (None, None)
+
+
+def test_holdout_runs_floor_the_time_and_reject_a_cache() -> None:
+    assert perf.holdout_floor(1.0, [0.94, 0.99]) == (1.0, 0.94, None)  # honest: unchanged
+    t, ratio, why = perf.holdout_floor(1.0, [1.2, 1.1])  # slower on new inputs: raised
+    assert t == 1.1 / (1 + perf.HOLDOUT_SLACK) and ratio == 1.1 and why is None
+    t, ratio, why = perf.holdout_floor(0.4, [1.0, 1.1])  # 2.5x: a cache, rejected
+    assert why is not None and "cached by input contents" in why and ratio == 2.5

@@ -127,14 +127,15 @@ class _FakeDevice:
             self.strict_calls += strict
             self.loop_runs.append(runs)
             last: list[Any] = [None] * len(seq)
+            t1 = []
             for i in range(runs):  # as Timer._loop: each run after its load, if any
                 load = prepare[i % len(seq)] if prepare else None
                 if load is not None:
                     load()
+                self.next_ms = self.kernel  # a run may set its own time (a cache hit)
                 last[i % len(seq)] = seq[i % len(seq)]()
+                t1.append(self.next_ms if seq[i % len(seq)] is not timing._noop else 0.0)
             gap = 0.015 if t.passes == 1 and t.extra is None else 0.03
-            real = [seq[i % len(seq)] is not timing._noop for i in range(runs)]
-            t1 = [self.kernel if r else 0.0 for r in real]
             t2 = [a + gap for a in t1]
             shadow = t._expected_shadow_ms() * self.stretch
             t.last_loop = timing._Shadow([shadow] * runs, [self.loop_host] * runs)
@@ -331,3 +332,38 @@ def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> No
     plain = [lambda s=s: model(*s) for s in sets]  # one object per set: the cheat passes
     st = _fake_timer(_FakeDevice(kernel=0.02, host=0.03)).time(plain, 3, 10)
     assert [float(o[0]) for o in st["last_outputs"]] == [0.0, 2.0, 4.0]
+
+
+def test_a_cache_by_input_contents_is_fast_on_seen_inputs_only() -> None:
+    """The cheat the holdouts catch: outputs keyed on input contents. Every timed set was
+    seen in a correctness call, so the timed runs (rotated or not) time the cache; each
+    holdout's contents are new, so `once` times the real computation."""
+    import torch
+
+    from services.verifier import perf
+
+    dev = _FakeDevice(kernel=0.3, host=0.03)  # a hit: 0.3 ms; a miss: 1.0 ms
+    memo: dict[tuple[float, ...], torch.Tensor] = {}
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        key = tuple(x.tolist())
+        if key not in memo:
+            dev.next_ms, memo[key] = 1.0, x * 2
+        return memo[key]
+
+    sets = [[torch.full((3,), float(k))] for k in range(5)]  # 3 timed sets, 2 holdouts
+    for s in sets[:3]:
+        model(*s)  # the correctness calls
+    args, loads = timing.rotating(sets)
+    assert loads is not None
+    fns = [lambda a=a: model(*a) for a in args]
+    t = _fake_timer(dev)
+    st = t.time(fns[:3], warmup=3, runs=10, prepare=loads[:3])
+    held_ms, held = t.once(fns[3:], loads[3:])
+    assert st["median_ms"] == 0.3 and held_ms == [1.0, 1.0]
+    assert [float(o[0]) for o in held] == [6.0, 8.0]  # correct: each computed once
+    assert perf.holdout_floor(st["median_ms"], held_ms)[2] is not None
+    memo.clear()
+    dev.kernel = 1.0  # an honest kernel: as fast on new inputs as on seen ones
+    st = t.time(fns[:3], warmup=3, runs=10, prepare=loads[:3])
+    assert perf.holdout_floor(st["median_ms"], t.once(fns[3:], loads[3:])[0]) == (1.0, 1.0, None)
