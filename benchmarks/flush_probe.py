@@ -11,7 +11,9 @@ are dirty. This probe times the same kernels back to back (do_bench's loop) with
 pre-run flush at a time, interleaved over `--rounds`:
 
     zero         one zero_ pass over 256 MB (do_bench's flush; L2 left dirty)
-    zero_slice   a pass plus the first 30% again (the adaptive shadow's shape)
+    zero_slice   a pass plus the first 30% again (the timer's fixed tail, timing.TAIL)
+    zero_slice2  two passes, then the same 30%
+    var_tail     a pass, a slice of 5-95% (drawn each round), then the same 30% (the timer's)
     zero_fresh   one pass over a newly allocated 256 MB buffer each round (placement)
     read         a sum over 256 MB (L2 left full of CLEAN lines: nothing to write back)
     zero_read    a zero pass, then the read (dirty lines written back before the run)
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -39,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 FLUSH_WORDS = 256 << 18  # 256 MB of int32, do_bench's buffer
 RUNS = 400  # back-to-back runs per median (do_bench's rep=300 ms is ~1000 such runs)
-MODES = ("zero", "zero_slice", "zero_fresh", "read", "zero_read")
+MODES = ("zero", "zero_slice", "zero_slice2", "var_tail", "zero_fresh", "read", "zero_read")
 
 
 def flushes(buf: torch.Tensor, extra: torch.Tensor) -> dict[str, Callable[[], Any]]:
@@ -50,6 +53,19 @@ def flushes(buf: torch.Tensor, extra: torch.Tensor) -> dict[str, Callable[[], An
         buf.zero_()
         slice_.zero_()
 
+    def zero_slice2() -> None:
+        buf.zero_()
+        zero_slice()
+
+    # the timer's shadow (timing.TAIL): a pass, a slice whose length follows the host (a new
+    # one each round here), then the fixed slice
+    part = buf[: int(random.uniform(0.05, 0.95) * buf.numel()) // 1024 * 1024]
+
+    def var_tail() -> None:
+        buf.zero_()
+        part.zero_()
+        slice_.zero_()
+
     def read() -> None:
         torch.sum(extra, 0, dtype=torch.int64, out=sink)
 
@@ -57,7 +73,8 @@ def flushes(buf: torch.Tensor, extra: torch.Tensor) -> dict[str, Callable[[], An
         buf.zero_()
         read()
 
-    return {"zero": buf.zero_, "zero_slice": zero_slice, "read": read, "zero_read": zero_read}
+    return {"zero": buf.zero_, "zero_slice": zero_slice, "zero_slice2": zero_slice2,
+            "var_tail": var_tail, "read": read, "zero_read": zero_read}
 
 
 def b2b_median(fn: Callable[[], Any], flush: Callable[[], Any], runs: int = RUNS) -> float:
@@ -92,10 +109,10 @@ def probe(name: str, fn: Callable[[], Any], rounds: int) -> dict[str, Any]:
 
     buf = torch.empty(FLUSH_WORDS, dtype=torch.int32, device="cuda")
     extra = torch.ones(FLUSH_WORDS, dtype=torch.int32, device="cuda")
-    modes = flushes(buf, extra)
     got: dict[str, list[float]] = {k: [] for k in (*MODES, "do_bench", "timer")}
     clocks, kept = [], []
     for _ in range(rounds):
+        modes = flushes(buf, extra)  # var_tail's slice is drawn again
         for key in MODES:
             if key == "zero_fresh":
                 kept.append(torch.empty(FLUSH_WORDS, dtype=torch.int32, device="cuda"))
