@@ -356,22 +356,17 @@ def timer_agreement() -> list[dict[str, Any]]:
         model = import_source(name, src).ModelNew()
         x = make()
         fn = lambda: model(*x)  # noqa: E731
-        # interleaved, side by side: the adaptive shadow, one fixed flush pass, and the
-        # adaptive shadow without the fixed tail (timing.TAIL) the others end with
-        both = [(shadow, Timer(**kw).time([fn], warmup=5, runs=100))
-                for _ in range(5) for shadow, kw in TIMER_VARIANTS.items()]
+        # interleaved, side by side: the adaptive shadow and one fixed flush pass
+        both = [(shadow, Timer(adaptive=shadow).time([fn], warmup=5, runs=100))
+                for _ in range(5) for shadow in (True, False)]
         try:
             ref = triton.testing.do_bench(fn, warmup=25, rep=300, return_mode="median")
         except TypeError:
             ref = triton.testing.do_bench(fn, warmup=25, rep=300, quantiles=[0.5])
-        for shadow in TIMER_VARIANTS:
+        for shadow in (True, False):
             stats = [st for s, st in both if s == shadow]
-            out.append(_agreement_row(name, shadow, stats, ref))
+            out.append(_agreement_row(name, "adaptive" if shadow else "fixed", stats, ref))
     return out
-
-
-TIMER_VARIANTS: dict[str, dict[str, Any]] = {
-    "adaptive": {}, "fixed": {"adaptive": False}, "adaptive_no_tail": {"tail": 0.0}}
 
 
 def _agreement_row(name: str, shadow: str, stats: list[dict[str, Any]],

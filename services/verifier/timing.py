@@ -44,12 +44,6 @@ WARMUP_S = 0.025  # do_bench's time-based warm-up (25 ms): long enough for clock
 # host time), never less than one full flush pass and at most MAX_SHADOW_MS of flush.
 SHADOW_MARGIN = 1.3
 MAX_SHADOW_MS = 0.6
-# Every shadow ends with the same write: zeros over the first TAIL of the buffer (77 of 256
-# MB, more than the L2), so every run starts from the same L2 contents, dirty lines of one
-# address range. Ending with a whole pass (do_bench's flush) left a 23 us softmax bimodal on
-# the H200: 23.2-23.3 or 23.9-24.0 us from round to round, do_bench alike; a pass plus this
-# fixed slice read 23.39-23.42 us in all 8 rounds (benchmarks/flush_probe.py).
-TAIL = 0.3
 LATE_OK = 0.1  # an attempt with more runs than this whose host outlasted the shadow is retried
 # ... by more than this fraction of the kernel's run time: a late host adds at most its excess
 # over the shadow to a run, nothing to a 24 ms kernel whose many small launches outlast a
@@ -103,8 +97,7 @@ class Timer:
     clock = staticmethod(time.perf_counter)  # the retry budget's clock (a test may step it)
     _prepare: Sequence[Callable[[], Any]] | None = None  # per timed fn, set by time()
 
-    def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT, adaptive: bool = True,
-                 tail: float = TAIL) -> None:
+    def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT, adaptive: bool = True) -> None:
         self.Event = torch.cuda.Event
         self.record = torch.cuda.Event.record
         self.elapsed = torch.cuda.Event.elapsed_time
@@ -116,8 +109,6 @@ class Timer:
         self.adaptive = adaptive  # False: one flush pass, whatever the host (the old timer)
         self.passes = 1  # the shadow: whole flush passes, then a slice of the buffer
         self.extra: torch.Tensor | None = None
-        n = int(tail * self.flush.numel()) // 1024 * 1024
-        self.tail = self.flush[:n] if n else None  # written last in every shadow (TAIL)
         self._pass_ms: float | None = None  # device time of one flush pass, calibrated once
         self._empty_host_ms = 0.0  # host time of a run around an empty function
         self._run_ms: float | None = None  # device time of one run of the timed fns (probe)
@@ -184,11 +175,6 @@ class Timer:
             self.zero_(self.flush)
         if self.extra is not None:
             self.zero_(self.extra)
-        if self.tail is not None:
-            self.zero_(self.tail)
-
-    def _tail_part(self) -> float:
-        return self.tail.numel() / self.flush.numel() if self.tail is not None else 0.0
 
     def _warm(self, fns: Sequence[Callable[[], Any]], warmup: int,
               min_s: float = WARMUP_S) -> list[float]:
@@ -213,25 +199,23 @@ class Timer:
         if not self.adaptive or not host_ms or self._pass_ms is None or self._pass_ms <= 0:
             return
         need = min(SHADOW_MARGIN * _quantile(host_ms, 0.9), MAX_SHADOW_MS)
-        tail = self._tail_part()  # always written: the rest is whole passes plus a slice
-        whole, rest = divmod(max(need / self._pass_ms, 1.0 + tail) - tail, 1.0)
+        whole, rest = divmod(max(need, self._pass_ms) / self._pass_ms, 1.0)
         self.passes = int(whole)
         n = int(rest * self.flush.numel()) // 1024 * 1024
         self.extra = self.flush[:n] if n else None
 
     def _calibrate(self) -> None:
-        """Once: the device time of one flush pass (from a pass and the tail) and the loop's
-        own host time per run."""
+        """Once: the device time of one flush pass and the loop's own host time per run."""
         if self._pass_ms is None:
             self.passes, self.extra = 1, None
             self._loop([_noop], 5)
             self._loop([_noop], 31)
-            self._pass_ms = _median(self.last_loop.flush_ms) / (1.0 + self._tail_part())
+            self._pass_ms = _median(self.last_loop.flush_ms)
             self._empty_host_ms = _median(self.last_loop.host_ms)
 
     def _expected_shadow_ms(self) -> float:
         part = self.extra.numel() / self.flush.numel() if self.extra is not None else 0.0
-        return (self._pass_ms or 0.0) * (self.passes + part + self._tail_part())
+        return (self._pass_ms or 0.0) * (self.passes + part)
 
     def _slack_ms(self) -> float:
         """How far the host may outlast the shadow before a run counts as late."""
