@@ -362,9 +362,9 @@ def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
     indices = bundle.meta["timing"].get("holdout_indices") or []
     if not indices or o.timing is None or o.failures:
         return
-    ratios = (report.get("timing") or {}).get("holdout_ratios")
-    if not (isinstance(ratios, list) and len(ratios) == len(indices) and all(
-            isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ratios)):
+    ms = (report.get("timing") or {}).get("holdout_ms")
+    if not (isinstance(ms, list) and len(ms) == len(indices) and all(
+            isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ms)):
         o.fail("timing", "no valid time for the holdout runs (new inputs, timed once)")
         return
     for k, (ti, data) in enumerate(zip(indices, held)):
@@ -376,7 +376,7 @@ def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
                     device=device)
         for n in range(before, len(o.failures)):
             o.failures[n] = ("timing", o.failures[n][1])
-    median, ratio, reason = perf.holdout_floor(o.timing["median_ms"], ratios)
+    median, ratio, reason = perf.holdout_floor(o.timing["median_ms"], ms)
     o.timing["holdout_ratio"] = round(ratio, 4)
     if reason:
         o.fail("timing", reason)

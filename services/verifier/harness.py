@@ -280,8 +280,7 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     with torch.no_grad():
         stats = TIMER.time(fns[:n], warmup=spec["warmup"], runs=spec["runs"],
                            prepare=loads[:n] if loads else None)
-        ratios, held = TIMER.holdout_ratios(fns[:n], loads[:n] if loads else None, fns[n:],
-                                            loads[n:] if loads else None) if fns[n:] \
+        held_ms, held = TIMER.once(fns[n:], loads[n:] if loads else None) if fns[n:] \
             else ([], [])
     launches, side_stream = _State.launches, _State.side_stream
     echo = _echo(fns[:n], loads)  # still under the exclusive lock: it runs kernels
@@ -295,7 +294,7 @@ def _timing(models: dict[int, torch.nn.Module]) -> None:
     if not launches:
         REPORT["errors"].append(["timing", "no Triton launch during the timed runs"])
     REPORT["errors"].extend(echo)
-    REPORT["timing"] = {**stats, "holdout_ratios": ratios}
+    REPORT["timing"] = {**stats, "holdout_ms": held_ms}
     for name, outputs in (("timed", last), ("holdout", held)):
         for k, out in enumerate(outputs):
             outs = flatten(out)

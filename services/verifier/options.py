@@ -16,8 +16,8 @@ VERIFIER_VERSION = "1.5.0"  # 1.1: float64 reference accepted too; 1.2: compare 
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
 # CPU; timed runs share one set of input objects whose contents rotate, then one traced call
 # per set (memoised outputs and library compute in the timed runs are rejected); 1.5: two
-# holdouts (new inputs) timed once after the timed runs floor the reported time, and a cache
-# of outputs by input contents is rejected
+# holdouts (new inputs) timed once after the timed runs floor the reported time; one 3x
+# slower than it is a cache of outputs by input contents, rejected
 
 
 def _default_cache() -> str:

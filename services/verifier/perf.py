@@ -21,25 +21,31 @@ import torch
 from services.verifier.options import VERIFIER_VERSION
 
 # Holdouts (reference_worker._holdouts): new inputs of the timed shape, each run once after
-# a few runs of the timed sets (Timer.holdout_ratios). L2 is flushed before every run, so an
-# honest kernel is no faster on contents it has seen; a model that caches outputs by input
-# contents computes only the holdouts.
-HOLDOUT_SLACK = 0.05  # a holdout up to this much slower than its neighbours changes nothing
-HOLDOUT_REJECT = 1.5  # both holdouts this many times slower: a cache, rejected
+# the timed runs. L2 is flushed before every run, so an honest kernel is no faster on
+# contents it has seen; a model that caches outputs by input contents computes only these.
+# Single runs in a busy batch are noisy, so the reported time rises to the fastest holdout's
+# (less the slack) rather than the verdict failing, except for a gross gap. On the H200 (108
+# honest candidates, 12 workers) the fastest holdout read 0.93-1.05 x the reported median,
+# and once 2.09 (both holdouts slowed); the content cache `timed_content_memo` read 3.62.
+# Against the median of the 4 runs just before each holdout instead, honest softmax kernels
+# read up to 2.54 (4 of 108 above 1.5): neighbours' single runs are noisier still.
+HOLDOUT_SLACK = 0.05  # the reported time is at least the fastest holdout's / (1 + this)
+HOLDOUT_REJECT = 3.0  # the fastest holdout this many times the reported time: a cache
 
 
-def holdout_floor(median_ms: float, ratios: Sequence[float]) -> tuple[float, float, str | None]:
-    """(time to report, the smallest holdout/neighbours ratio, rejection or None). Above the
-    slack the reported time rises by that ratio: a cache that slows itself to stay below
-    HOLDOUT_REJECT gains at most HOLDOUT_SLACK. Neighbours, because a first version compared
-    two holdouts run at the end with the reported median: 107 of 108 honest candidates read
-    0.93-1.05 on the H200, and one 2.09, both its holdouts slowed alike."""
-    r = min(ratios)
+def holdout_floor(median_ms: float, holdout_ms: Sequence[float],
+                  ) -> tuple[float, float, str | None]:
+    """(time to report, fastest holdout / median, rejection or None). Below HOLDOUT_REJECT
+    the floor leaves a cache at most HOLDOUT_SLACK of a gain; an honest kernel's single
+    synced runs mostly read at or below the back-to-back median it reports."""
+    fastest = min(holdout_ms)
+    ratio = fastest / median_ms
     reason = None
-    if r > HOLDOUT_REJECT:
-        reason = (f"new inputs ran {r:.2f}x slower than the runs on inputs seen before "
-                  "just ahead of them: outputs cached by input contents")
-    return median_ms * max(1.0, r / (1 + HOLDOUT_SLACK)), r, reason
+    if ratio > HOLDOUT_REJECT:
+        reason = (f"new inputs ran {ratio:.2f}x slower than the timed runs on inputs seen "
+                  f"before ({fastest:.4g} vs {median_ms:.4g} ms): outputs cached by input "
+                  "contents")
+    return max(median_ms, fastest / (1 + HOLDOUT_SLACK)), ratio, reason
 
 
 class GpuLock:

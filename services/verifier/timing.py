@@ -89,15 +89,13 @@ MAX_ATTEMPTS = 3
 # attempt takes ~0.5 s, and the naive attention baseline's three held the exclusive lock,
 # every other sandbox paused, for ~2 s per baseline on the H200.
 RETRY_BUDGET_S = 0.5
-# Runs of the timed sets right before each holdout, whose median its time is compared with.
-HOLDOUT_WINDOW = 4
 
 
 class Timer:
     """Holds the real CUDA primitives, captured before any untrusted code runs."""
 
     clock = staticmethod(time.perf_counter)  # the retry budget's clock (a test may step it)
-    _prepare: Sequence[Callable[[], Any] | None] | None = None  # per timed fn (time())
+    _prepare: Sequence[Callable[[], Any]] | None = None  # per timed fn, set by time()
 
     def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT, adaptive: bool = True) -> None:
         self.Event = torch.cuda.Event
@@ -286,33 +284,16 @@ class Timer:
         best["retried"], best["retries_cut"] = retried, cut
         return best
 
-    def holdout_ratios(self, fns: Sequence[Callable[[], Any]],
-                       prepare: Sequence[Callable[[], Any]] | None,
-                       held: Sequence[Callable[[], Any]],
-                       held_prepare: Sequence[Callable[[], Any]] | None,
-                       ) -> tuple[list[float], list[Any]]:
-        """After time(), under its shadow: each holdout (inputs the candidate has never seen)
-        run once, right after HOLDOUT_WINDOW runs of the timed sets, all as runs of the
-        synced loop. Returns each holdout's device time over the median of the runs just
-        before it, and its outputs (perf.holdout_floor). Neighbours, not the reported
-        median: a stretch of slow runs (a late host, a busy device) slows both alike. Only
-        the runs BEFORE it: a candidate cannot tell a holdout is coming until it runs one.
-        Current-stream times: one run's synced end point varies by its host's wake-up."""
-        plan: list[Callable[[], Any]] = []
-        loads: list[Callable[[], Any] | None] = []
-        marks = []
-        for j, h in enumerate(held):
-            for i in range(HOLDOUT_WINDOW):
-                k = (j * HOLDOUT_WINDOW + i) % len(fns)
-                plan.append(fns[k])
-                loads.append(prepare[k] if prepare is not None else None)
-            marks.append(len(plan))
-            plan.append(h)
-            loads.append(held_prepare[j] if held_prepare is not None else None)
-        self._prepare = loads
-        t1, _, _, last = self._paired(plan, len(plan))
-        ratios = [t1[m] / max(_median(t1[m - HOLDOUT_WINDOW:m]), 1e-9) for m in marks]
-        return ratios, [last[m] for m in marks]
+    def once(self, fns: Sequence[Callable[[], Any]],
+             prepare: Sequence[Callable[[], Any]] | None = None) -> tuple[list[float], list[Any]]:
+        """Each of `fns` run once, as a run of the synced loop (after time(): its shadow):
+        the device time of each on the current stream, and its outputs. For holdouts,
+        inputs the candidate has not seen before (perf.holdout_floor). Not the synced
+        end point: one run's host wake-up gap varies by ~10 us, half a short kernel's
+        time (Triton launches on other streams are counted by the harness instead)."""
+        self._prepare = prepare
+        t1, _, _, last = self._paired(fns, len(fns))
+        return t1, last
 
     def _attempt(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
                  first: bool = True) -> dict[str, Any]:

@@ -81,15 +81,16 @@ def _held(bundle: ReferenceBundle, wrong: int | None = None) -> list[dict[str, o
             for k, i in enumerate(bundle.meta["timing"]["holdout_indices"])]
 
 
-@pytest.mark.parametrize("ratios, median, raised", [
-    ([0.95, 1.01], 1.0, False),  # an honest kernel: as fast as the runs before it
-    ([1.2, 1.3], 1.2 / 1.05, True),  # slower on new inputs: the time rises by the ratio
+@pytest.mark.parametrize("holdout_ms, median, raised", [
+    ([0.95, 1.01], 1.0, False),  # an honest kernel: single synced runs at or below b2b
+    ([1.2, 1.3], 1.2 / 1.05, True),  # slower on new inputs: the time rises to theirs
+    ([2.9, 2.95], 2.9 / 1.05, True),  # a noisy pair of single runs raises, never rejects
 ])
 def test_holdout_runs_bound_the_reported_time_from_below(
-        ratios: list[float], median: float, raised: bool) -> None:
+        holdout_ms: list[float], median: float, raised: bool) -> None:
     bundle, o = _bundle_with_holdouts(), candidate.Outcome()
     o.timing = {"median_ms": 1.0}
-    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ratios": ratios}},
+    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": holdout_ms}},
                               bundle, "cpu")
     assert not o.failures and o.timing["median_ms"] == pytest.approx(median)
     assert o.timing.get("holdout_raised", False) == raised
@@ -97,18 +98,18 @@ def test_holdout_runs_bound_the_reported_time_from_below(
 
 def test_a_cache_by_input_contents_is_rejected_by_its_holdout_runs() -> None:
     bundle, o = _bundle_with_holdouts(), candidate.Outcome()
-    o.timing = {"median_ms": 0.4}  # the timed runs, served from a cache
-    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ratios": [2.5, 2.6]}},
+    o.timing = {"median_ms": 0.3}  # the timed runs, served from a cache
+    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": [1.0, 1.02]}},
                               bundle, "cpu")
     assert o.failures and o.failures[0][0] == "timing"
     assert "outputs cached by input contents" in o.failures[0][1]
 
 
 @pytest.mark.parametrize("report, held_wrong, expect", [
-    ({"timing": {"holdout_ratios": [1.0, 1.0]}}, 1, "holdout run 1"),  # a wrong output
-    ({"timing": {"holdout_ratios": [1.0]}}, None, "no valid time for the holdout runs"),
+    ({"timing": {"holdout_ms": [1.0, 1.0]}}, 1, "holdout run 1"),  # a wrong output
+    ({"timing": {"holdout_ms": [1.0]}}, None, "no valid time for the holdout runs"),
     ({"timing": {}}, None, "no valid time for the holdout runs"),
-    ({"timing": {"holdout_ratios": [1.0, float("nan")]}}, None, "no valid time"),
+    ({"timing": {"holdout_ms": [1.0, float("nan")]}}, None, "no valid time"),
 ])
 def test_holdout_runs_must_be_timed_and_correct(report: dict[str, object],
                                                 held_wrong: int | None, expect: str) -> None:
