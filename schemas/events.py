@@ -167,6 +167,11 @@ class Timing(Record):
     naive_ms: float | None = None
     optimized_ms: float | None = None
     spread: float | None = Field(default=None, description="(p90 - p10) / median of candidate runs")
+    holdout_ratio: float | None = Field(
+        default=None,
+        description="fastest run on inputs the candidate had never seen (timed once) / the "
+        "timed median; above 1.05 candidate_ms was raised to it (a cache, or a noisy run)",
+    )
 
 
 class SolutionVerified(Record):

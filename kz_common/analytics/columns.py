@@ -94,6 +94,7 @@ TYPE_COLUMNS: dict[str, list[tuple[str, Col]]] = {
         ("isolation", f("isolation")), ("perf_measured", f("perf_measured", "BOOLEAN")),
         ("candidate_ms", f("timing.candidate_ms", "DOUBLE")), ("naive_ms", f("timing.naive_ms", "DOUBLE")),
         ("optimized_ms", f("timing.optimized_ms", "DOUBLE")),
+        ("holdout_ratio", f("timing.holdout_ratio", "DOUBLE")),
         ("speedup_vs_naive", f("speedup_vs_naive", "DOUBLE")),
         ("speedup_vs_optimized", f("speedup_vs_optimized", "DOUBLE")),
         ("roofline_fraction", f("roofline_fraction", "DOUBLE")),

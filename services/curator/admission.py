@@ -59,6 +59,8 @@ class Assessor:
             return self._loser(cand, f"failed:{v.stage}", [])
         if self.cfg.require_perf and not v.perf_measured:
             return None, decision(sample_id, v, bucket, kept=False, reason="no_perf")
+        if (v.timing.holdout_ratio or 0.0) > self.cfg.max_holdout_ratio:
+            return None, decision(sample_id, v, bucket, kept=False, reason="unconfirmed_timing")
         hits = run_patterns(v.code, ctx.shape_range, variant_similarity=self.cfg.variant_similarity)
         if hits:
             names = ",".join(sorted({h.rule for h in hits}))

@@ -12,6 +12,9 @@ class CuratorConfig(BaseModel):
 
     # CPU runs measure no performance; set False there so passing samples can still be kept.
     require_perf: bool = True
+    # A verdict whose run on unseen inputs (the verifier's holdouts) was this much slower than its
+    # timed median is not kept: its speed came from inputs it had seen (a cache) or is unconfirmed.
+    max_holdout_ratio: float = Field(default=1.25, gt=1)
     # A window closes after this many train verdicts (or when a newer round's verdict arrives).
     window_verdicts: int = Field(default=200, ge=1)
     # Fraction of a window's de-duplicated best-per-challenge candidates kept (5-10% per the design).

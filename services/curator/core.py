@@ -5,8 +5,9 @@ no joins. Per train verdict:
 - eval challenges (purpose="eval") are ignored: they measure a round, never train
   one; their task signatures are remembered, and a train verdict for exactly the
   same task is dropped (`eval_contamination`) so the held-out set stays held out;
-- failed, unmeasured (with require_perf) or code-less verdicts and rule hits are
-  decided at once (kept=False, with reason and rule hits);
+- failed, unmeasured (with require_perf) or code-less verdicts, verdicts whose time
+  the verifier's unseen-input runs did not confirm (`unconfirmed_timing`) and rule
+  hits are decided at once (kept=False, with reason and rule hits);
 - clean passing verdicts wait in the window. The window closes after
   `window_verdicts` verdicts or when a verdict of a newer round arrives; then
   selection.py decides each of them and pairs are recorded.

@@ -191,7 +191,8 @@ class Session:
         naive, opt = t.get("naive") or {}, t.get("optimized") or {}
         rep.perf_measured = bool(cand.get("median_ms"))
         rep.timings = Timings(cand.get("median_ms"), naive.get("median_ms"),
-                              (opt or naive).get("median_ms"), cand.get("spread"))
+                              (opt or naive).get("median_ms"), cand.get("spread"),
+                              cand.get("holdout_ratio"))
         if not rep.perf_measured:
             return
         c = rep.timings.candidate_ms

@@ -24,6 +24,8 @@ class Timings:
     naive_ms: float | None = None
     optimized_ms: float | None = None
     spread: float | None = None
+    # fastest holdout run (unseen inputs, timed once) / the timed median (perf.holdout_floor)
+    holdout_ratio: float | None = None
 
 
 @dataclass
@@ -74,7 +76,8 @@ class VerifyReport:
             device=self.device,  # type: ignore[arg-type]
             isolation=self.isolation, perf_measured=self.perf_measured,
             timing=Timing(candidate_ms=t.candidate_ms, naive_ms=t.naive_ms,
-                          optimized_ms=t.optimized_ms, spread=t.spread),
+                          optimized_ms=t.optimized_ms, spread=t.spread,
+                          holdout_ratio=t.holdout_ratio),
             speedup_vs_naive=self.speedup_vs_naive, speedup_vs_optimized=self.speedup_vs_optimized,
             roofline_fraction=self.roofline_fraction, max_rel_error=_finite(self.max_rel_error),
             triton_launches=self.triton_launches,

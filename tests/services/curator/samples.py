@@ -67,13 +67,15 @@ def verdict(
     err: float = 1e-6,
     ctx: ChallengeContext | None = None,
     perf: bool = True,
+    holdout_ratio: float | None = None,
 ) -> SolutionVerified:
     return SolutionVerified(
         challenge_id=challenge_id, context=ctx or context(), sample_index=sample_index, code=code,
         code_hash=f"h{hash(code) & 0xffffffff:x}", verifier_version="v1", passed=passed,
         stage="passed" if passed else "correctness", reasons=[] if passed else ["mismatch"],
         device="cuda", isolation="none", perf_measured=perf and speedup is not None,
-        timing=Timing(candidate_ms=1.0, naive_ms=speedup), speedup_vs_naive=speedup,
+        timing=Timing(candidate_ms=1.0, naive_ms=speedup, holdout_ratio=holdout_ratio),
+        speedup_vs_naive=speedup,
         max_rel_error=err if passed else 1.0,
     )
 

@@ -43,6 +43,15 @@ def test_immediate_rejections_carry_reasons_and_hits() -> None:
     assert decisions[0].context == context()
 
 
+def test_a_time_unconfirmed_on_unseen_inputs_is_not_kept() -> None:
+    """The verifier raised the time to its holdout runs': a cache by input contents, or a
+    noisy run; either way the speed-up is not the kernel's, so it is no training sample."""
+    core = CuratorCore(CuratorConfig(window_verdicts=2))
+    out, _ = run(core, [verdict(holdout_ratio=2.0), verdict(sample_index=1, holdout_ratio=0.97)])
+    assert [(d.kept, d.reason) for d in of(out, SampleCurated)] == [
+        (False, "unconfirmed_timing"), (True, "kept")]
+
+
 def test_require_perf_false_keeps_cpu_samples() -> None:
     core = CuratorCore(CuratorConfig(window_verdicts=1, require_perf=False))
     out, _ = run(core, [verdict(speedup=None)])

@@ -117,3 +117,19 @@ def test_holdout_runs_must_be_timed_and_correct(report: dict[str, object],
     o.timing = {"median_ms": 1.0}
     candidate._check_holdouts(o, _held(bundle, held_wrong), report, bundle, "cpu")
     assert o.failures and o.failures[0][0] == "timing" and expect in o.failures[0][1]
+
+
+def test_the_holdout_ratio_travels_in_the_verdict() -> None:
+    from kz_common.ops import cpu_test_range, render_problem
+    from schemas.events import ChallengeContext, ChallengeCreated, Target
+    from services.verifier.report import Timings, VerifyReport
+
+    challenge = ChallengeCreated(
+        challenge_id="c1", op="add", family="elementwise", dtype="float32",
+        shape_range=cpu_test_range("add"), target=Target(kind="naive_multiple", value=1.0),
+        difficulty=0, generator="programmatic", round=0,
+        problem_source=render_problem("add", "float32", cpu_test_range("add")))
+    rep = VerifyReport(passed=True, stage="passed", reasons=[], device="cuda",
+                       perf_measured=True, timings=Timings(1.2, 2.0, 1.5, 0.03, 1.3))
+    payload = rep.to_payload("c1", "h", context=ChallengeContext.of(challenge))
+    assert payload.timing.holdout_ratio == 1.3 and payload.timing.candidate_ms == 1.2
