@@ -159,7 +159,8 @@ def repeated(batch: list[tuple[str, str, str]], n: int) -> list[tuple[str, str, 
 
 
 def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
-                  adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1) -> Any:
+                  adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1,
+                  holdouts: int = 2) -> Any:
     """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
@@ -169,17 +170,20 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
                             adaptive_shadow=adaptive_shadow, workers=workers,
+                            holdouts=holdouts,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
     return replace(options, bundle_builders=builders) if builders else options
 
 
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
-              adaptive_shadow: bool = True, zygote: int = -1) -> dict[str, Any]:
+              adaptive_shadow: bool = True, zygote: int = -1,
+              holdouts: int = 2) -> dict[str, Any]:
     from benchmarks.host_load import HostLoad
     from services.verifier.core import verify_many
 
-    options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote)
+    options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
+                            holdouts=holdouts)
     t0 = time.monotonic()
     with HostLoad() as load:
         reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
@@ -432,10 +436,10 @@ PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_do
 def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
-    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote"}
+    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
-                         "shadow=0|1,zygote=0|1")
+                         "shadow=0|1,zygote=0|1,holdouts=N")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -457,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="an extra cold pass (own fresh cache) with other settings, side by "
                          "side with the default one; keys: workers, slots, builders, shadow "
                          "(0|1), zygote (1: sandboxes forked by the fork server, 0: the "
-                         "classic unshare+uid chain; default: auto)")
+                         "classic unshare+uid chain; default: auto), holdouts (unseen input "
+                         "sets timed once; 0: none, as before verifier 1.5)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -476,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
     batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
-    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1}
+    default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
+               "holdouts": 2}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -487,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, pass_cache, cfg in passes:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
                                  cfg["builders"] or None, bool(cfg["shadow"]),
-                                 cfg["zygote"])
+                                 cfg["zygote"], cfg["holdouts"])
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:
