@@ -120,20 +120,24 @@ def _tol(t: torch.Tensor) -> Tol:
     return Tol(a, r, n)
 
 
-def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
+def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, list, list]:
+    """A fresh draw: (seed, inputs, the same on the device, references, the same on the
+    device). Scaled and run where the model runs; the host copies are for the files. (It
+    used to copy each trial's inputs and references over PCIe three times each.)"""
     seed = next(_SEEDS)
     torch.manual_seed(seed)
     random.seed(seed)
-    inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-    inputs = _scaled(inputs, exp) if JOB["scale_inputs"] else inputs
-    if DEVICE == "cuda":  # this run's memory, to size the float64 one (_hi_refs)
+    dev = [_dev(x) for x in mod.get_inputs()]
+    dev = _scaled(dev, exp) if JOB["scale_inputs"] else dev
+    if DEVICE == "cuda":  # this run's memory with its inputs, to size the float64 one
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        base = torch.cuda.memory_allocated() - _nbytes(dev)
     with torch.no_grad():
-        refs = _flatten(model(*[_dev(x) for x in inputs]))
+        refs = [r.detach() for r in _flatten(model(*dev))]
     if DEVICE == "cuda":
         _HI["peak"] = torch.cuda.max_memory_allocated() - base
-    return seed, inputs, [r.detach().cpu().clone() for r in refs]
+    host = [x.cpu() if isinstance(x, torch.Tensor) else x for x in dev]
+    return seed, host, dev, [r.cpu().clone() for r in refs], refs
 
 
 def _hi_model(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -199,12 +203,13 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
     exp = [0, rng.choice([1, 2]), -rng.choice([1, 2])][t] if t < 3 else rng.randint(-2, 2)
     hits: list[str] = []
     for attempt in range(JOB["max_redraws"] + 1):
-        seed, inputs, refs = _draw(mod, model, exp)
-        if not all(bool(torch.isfinite(r).all()) for r in refs if r.is_floating_point()):
-            seed, inputs, refs = _draw(mod, model, 0)  # our scaling overflowed: redraw unscaled
-        dev_inputs = [_dev(x) for x in inputs]  # the gate runs where the data is (fast on GPU)
-        hits = [", ".join(h) for r in refs
-                if (h := trivial_matches(_dev(r), dev_inputs, _tol(r)))]
+        seed, inputs, dev_inputs, refs, dev_refs = _draw(mod, model, exp)
+        if not all(bool(torch.isfinite(r).all()) for r in dev_refs if r.is_floating_point()):
+            # our scaling overflowed: redraw unscaled
+            seed, inputs, dev_inputs, refs, dev_refs = _draw(mod, model, 0)
+        # the gate runs where the data is (fast on GPU)
+        hits = [", ".join(h) for r in dev_refs
+                if (h := trivial_matches(r, dev_inputs, _tol(r)))]
         if len(hits) < len(refs):
             break
         exp += 2  # non-discriminating: redraw with larger magnitudes
@@ -212,7 +217,8 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
     _KEPT_INPUTS[name] = inputs
     _save_later(inputs, os.path.join(JOB["work"], "inputs", name))
     _save_later(refs, os.path.join(JOB["work"], "ref", f"ref_{s}_{t}.pt"))
-    his = _hi_refs(hi, inputs, refs)
+    his = _hi_refs(hi, dev_inputs, dev_refs)
+    del dev_inputs, dev_refs
     hi_file = f"hi_{s}_{t}.pt" if any(h is not None for h in his) else None
     if hi_file:  # only outputs the float64 run refines: most trials store nothing extra
         _save_later(his, os.path.join(JOB["work"], "ref", hi_file))
