@@ -129,14 +129,18 @@ def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, 
     random.seed(seed)
     dev = [_dev(x) for x in mod.get_inputs()]
     dev = _scaled(dev, exp) if JOB["scale_inputs"] else dev
-    if DEVICE == "cuda":  # this run's memory with its inputs, to size the float64 one
+    host = [x.cpu() if isinstance(x, torch.Tensor) else x for x in dev]
+    if DEVICE == "cuda":  # this run's memory, inputs included, to size the float64 one
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() - _nbytes(dev)
+        base = torch.cuda.memory_allocated()
+    # Model runs on copies: one that writes its inputs leaves the drawn ones (files, gate,
+    # float64 run) as they were.
+    run = [x.clone() if isinstance(x, torch.Tensor) else x for x in dev]
     with torch.no_grad():
-        refs = [r.detach() for r in _flatten(model(*dev))]
+        refs = [r.detach() for r in _flatten(model(*run))]
     if DEVICE == "cuda":
         _HI["peak"] = torch.cuda.max_memory_allocated() - base
-    host = [x.cpu() if isinstance(x, torch.Tensor) else x for x in dev]
+    del run
     return seed, host, dev, [r.cpu().clone() for r in refs], refs
 
 

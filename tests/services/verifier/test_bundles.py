@@ -132,3 +132,20 @@ def test_reference_worker_is_started_before_its_problem_arrives() -> None:
         assert r.details["reference_steps_s"]["startup"] > 0
     finally:
         s.close()
+
+
+def test_a_model_that_writes_its_inputs_leaves_the_drawn_ones_to_the_candidate() -> None:
+    """The reference runs on copies: inputs saved for candidates (and the trivial gate, and
+    the float64 run) are the drawn ones, not what an in-place Model left in them. Otherwise
+    the candidate gets x + y as its x, and an honest add reads (x + y) + y."""
+    from services.verifier.core import Session
+    from tests.services.verifier.conftest import CPU_OPTIONS, PROBLEMS, SOLUTIONS
+
+    problem = (PROBLEMS / "add.py").read_text().replace(
+        "        return x + y", "        return x.add_(y)  # in place, on its own input")
+    session = Session(CPU_OPTIONS)
+    try:
+        report = session.verify(problem, (SOLUTIONS / "add_ok.py").read_text())
+    finally:
+        session.close()
+    assert report.passed, report.reasons
