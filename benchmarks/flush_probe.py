@@ -77,22 +77,6 @@ def flushes(buf: torch.Tensor, extra: torch.Tensor) -> dict[str, Callable[[], An
             "var_tail": var_tail, "read": read, "zero_read": zero_read}
 
 
-def b2b_median(fn: Callable[[], Any], flush: Callable[[], Any], runs: int = RUNS) -> float:
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for _ in range(20):
-        flush()
-        fn()
-    torch.cuda.synchronize()
-    for s, e in zip(starts, ends):
-        flush()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
 def sm_clock() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,"
@@ -105,6 +89,7 @@ def sm_clock() -> str:
 def probe(name: str, fn: Callable[[], Any], rounds: int) -> dict[str, Any]:
     import triton.testing
 
+    from benchmarks.timer_probe import loop_median
     from services.verifier.timing import Timer
 
     buf = torch.empty(FLUSH_WORDS, dtype=torch.int32, device="cuda")
@@ -116,11 +101,11 @@ def probe(name: str, fn: Callable[[], Any], rounds: int) -> dict[str, Any]:
         for key in MODES:
             if key == "zero_fresh":
                 kept.append(torch.empty(FLUSH_WORDS, dtype=torch.int32, device="cuda"))
-                got[key].append(b2b_median(fn, kept[-1].zero_))
+                got[key].append(loop_median(fn, RUNS, False, kept[-1].zero_, warmup=20))
                 if len(kept) > 3:
                     kept.pop(0)
             else:
-                got[key].append(b2b_median(fn, modes[key]))
+                got[key].append(loop_median(fn, RUNS, False, modes[key], warmup=20))
         got["do_bench"].append(float(triton.testing.do_bench(fn, warmup=25, rep=100,
                                                              return_mode="median")))
         got["timer"].append(Timer().time([fn], warmup=5, runs=100)["median_ms"])

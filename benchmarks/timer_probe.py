@@ -38,15 +38,17 @@ LOOPS = ("b2b_100", "b2b_1000", "sync_100", "sync_1000")
 
 
 def loop_median(fn: Callable[[], Any], runs: int, sync_each: bool,
-                flush: torch.Tensor) -> float:
+                flush: Callable[[], Any], warmup: int = 10) -> float:
+    """Median device time of `runs` runs of `fn`, each after `flush()` (do_bench's: a zero_
+    of 256 MB), back to back or synced after each; flush_probe.py varies the flush."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for _ in range(10):  # warm-up, as do_bench's (time-based there)
-        flush.zero_()
+    for _ in range(warmup):  # as do_bench's (time-based there)
+        flush()
         fn()
     torch.cuda.synchronize()
     for s, e in zip(starts, ends):
-        flush.zero_()
+        flush()
         s.record()
         fn()
         e.record()
@@ -68,7 +70,7 @@ def probe(name: str, fn: Callable[[], Any], rounds: int) -> dict[str, Any]:
                                                              return_mode="median")))
         for key in LOOPS:
             kind, runs = key.split("_")
-            got[key].append(loop_median(fn, int(runs), kind == "sync", flush))
+            got[key].append(loop_median(fn, int(runs), kind == "sync", flush.zero_))
         got["timer"].append(Timer().time([fn], warmup=5, runs=100)["median_ms"])
     ref = statistics.median(got["do_bench"])
     return {"kernel": name, "do_bench_ms": ref,
