@@ -344,14 +344,22 @@ def _check_timing(o: Outcome, timed: list[Any], report: dict[str, Any],
     why = stats.get("retried")  # the timer's reasons for retrying: diagnostics only
     if isinstance(why, list):
         o.timing["retried"] = [str(w)[:8] for w in why[:4]]
-    for k, (ti, data) in enumerate(zip(bundle.meta["timing"]["trial_indices"], timed)):
+    _check_runs(o, bundle.meta["timing"]["trial_indices"], timed, bundle, device, "timed run",
+                " (output changed in timed runs)")
+
+
+def _check_runs(o: Outcome, indices: list[int], outputs: list[Any], bundle: ReferenceBundle,
+                device: str, name: str, note: str = "") -> None:
+    """The saved outputs of runs in the timed phase, against trials `indices`; every failure
+    is a timing one (with `note` added)."""
+    for k, (ti, data) in enumerate(zip(indices, outputs)):
         before = len(o.failures)
         if data is None:
-            o.fail("timing", f"timed run {k}: no readable outputs")
+            o.fail("timing", f"{name} {k}: no readable outputs")
             continue
-        _check_call(o, data, ti, bundle, f"timed run {k}", device=device)
+        _check_call(o, data, ti, bundle, f"{name} {k}", device=device)
         for n in range(before, len(o.failures)):
-            o.failures[n] = ("timing", o.failures[n][1] + " (output changed in timed runs)")
+            o.failures[n] = ("timing", o.failures[n][1] + note)
 
 
 def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
@@ -367,15 +375,8 @@ def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
             isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ms)):
         o.fail("timing", "no valid time for the holdout runs (new inputs, timed once)")
         return
-    for k, (ti, data) in enumerate(zip(indices, held)):
-        before = len(o.failures)
-        if data is None:
-            o.fail("timing", f"holdout run {k}: no readable outputs")
-            continue
-        _check_call(o, data, ti, bundle, f"holdout run {k} (new inputs, timed once)",
-                    device=device)
-        for n in range(before, len(o.failures)):
-            o.failures[n] = ("timing", o.failures[n][1])
+    _check_runs(o, indices, held, bundle, device, "holdout run",
+                " (new inputs, timed once)")
     median, ratio, reason = perf.holdout_floor(o.timing["median_ms"], ms)
     o.timing["holdout_ratio"] = round(ratio, 4)
     if reason:
