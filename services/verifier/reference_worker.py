@@ -245,9 +245,14 @@ def _build(mod: object, cls_name: str, init: list, seed: int) -> torch.nn.Module
     return getattr(mod, cls_name)(*init).to(DEVICE)
 
 
-def _shape(mod: object, s: int, overrides: dict) -> torch.nn.Module:
+def _set_dims(mod: object, overrides: dict) -> None:
+    """Set a shape's dims on the problem module: get_inputs/get_init_inputs read them."""
     for k, v in overrides.items():
         setattr(mod, k, v)
+
+
+def _shape(mod: object, s: int, overrides: dict) -> torch.nn.Module:
+    _set_dims(mod, overrides)
     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
     init_seed = next(_SEEDS)
     model = _build(mod, "Model", init, init_seed).eval()
@@ -284,8 +289,7 @@ def _holdouts(mod: object, models: dict[int, torch.nn.Module]) -> bool:
     after the timed runs, and checked; new contents cannot come from a cache. False when
     the parent said stop."""
     s = _timing_shape()
-    for k, v in META["shapes"][s]["overrides"].items():
-        setattr(mod, k, v)  # get_inputs reads the module's dims
+    _set_dims(mod, META["shapes"][s]["overrides"])
     hi = _hi_model(models[s]) if _HI["budget_s"] > 0 else None
     for h in range(int(JOB["timing"].get("holdouts", 0))):
         _trial(mod, models[s], hi, s, JOB["trials"] + h)
@@ -304,8 +308,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
               if t["shape_index"] == s and not t.get("holdout")]
     holdouts = [i for i, t in enumerate(META["trials"]) if t.get("holdout")]
     sets = [[_dev(x) for x in _KEPT_INPUTS[META["trials"][i]["file"]]] for i in trials]
-    for k, v in META["shapes"][s]["overrides"].items():
-        setattr(mod, k, v)
+    _set_dims(mod, META["shapes"][s]["overrides"])
     baselines = _baselines(mod, s, models[s])
     timer = Timer(spec["flush_bytes"], spec.get("adaptive_shadow", True))
     if not _gate("KZ-READY"):
