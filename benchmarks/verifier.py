@@ -160,7 +160,7 @@ def repeated(batch: list[tuple[str, str, str]], n: int) -> list[tuple[str, str, 
 
 def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                   adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1,
-                  holdouts: int = 2) -> Any:
+                  holdouts: int = 2, epoch_ms: int | None = None) -> Any:
     """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
@@ -172,21 +172,30 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                             adaptive_shadow=adaptive_shadow, workers=workers,
                             holdouts=holdouts,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
+    if epoch_ms is not None:
+        options = replace(options, shared_epoch_s=epoch_ms / 1000)
     return replace(options, bundle_builders=builders) if builders else options
 
 
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
               adaptive_shadow: bool = True, zygote: int = -1,
-              holdouts: int = 2) -> dict[str, Any]:
+              holdouts: int = 2, epoch_ms: int | None = None) -> dict[str, Any]:
     from benchmarks.host_load import HostLoad
-    from services.verifier.core import verify_many
+    from services.verifier import core
 
     options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
-                            holdouts=holdouts)
+                            holdouts=holdouts, epoch_ms=epoch_ms)
+    items = [(p, s) for _, p, s in batch]
     t0 = time.monotonic()
-    with HostLoad() as load:
-        reports = verify_many([(p, s) for _, p, s in batch], options, workers=workers)
+    with HostLoad() as load:  # what core.verify_many does, keeping the session's GPU lock
+        session = core.Session(options, warm_slots=core.warm_slots_for(options, workers),
+                               demand=len(items), problems=len({p for p, _ in items}))
+        try:
+            reports = core.verify_batch(session, items, workers)
+            lock = session.gpu.stats() if session.gpu else {}
+        finally:
+            session.close()
     wall = time.monotonic() - t0
     rows: list[dict[str, Any]] = []
     for (label, _, _), r in zip(batch, reports):
@@ -242,6 +251,10 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "median_reference_steps_s": _medians([x["reference_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
             "exclusive_s": _exclusive(batch, rows, wall),
+            # the GPU lock: its shared-epoch minimum, and seconds closed to new shared steps
+            # (draining, exclusive), batches of timed phases, share of the wall closed
+            "shared_epoch_s": options.shared_epoch_s,
+            "lock": {**lock, "closed_share": round(lock["closed_s"] / wall, 3)} if lock else {},
             # honest candidates' fastest holdout run / reported time; times raised to it
             "holdout": _holdout_summary(honest),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
@@ -413,6 +426,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "reference": " ".join(f"{k}={t:.2f}"
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
             "exclusive": " ".join(f"{k}={t}" for k, t in (v.get("exclusive_s") or {}).items()),
+            "lock": " ".join(f"{k}={t}" for k, t in
+                             {"epoch_s": v.get("shared_epoch_s"), **(v.get("lock") or {})}.items()),
             "holdout": " ".join(f"{k}={t:.3g}" for k, t in (v.get("holdout") or {}).items()),
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
@@ -427,7 +442,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_done_s",
-             "median_cand_s", "warm_starts", "exclusive", "holdout",
+             "median_cand_s", "warm_starts", "exclusive", "lock", "holdout",
              "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]
@@ -436,10 +451,10 @@ PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_do
 def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
-    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts"}
+    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
-                         "shadow=0|1,zygote=0|1,holdouts=N")
+                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -457,12 +472,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="the batch this many times over, each copy a new problem and new "
                          "sources (fresh bundles, cold compiles): a longer run at the same mix")
+    ap.add_argument("--prime", type=int, default=0, metavar="N",
+                    help="first an unreported pass over N candidates (own cache): the passes "
+                         "compared then all find the host's page cache and GPU warm")
     ap.add_argument("--config", action="append", default=[], metavar="NAME:K=V,...",
                     help="an extra cold pass (own fresh cache) with other settings, side by "
                          "side with the default one; keys: workers, slots, builders, shadow "
                          "(0|1), zygote (1: sandboxes forked by the fork server, 0: the "
                          "classic unshare+uid chain; default: auto), holdouts (unseen input "
-                         "sets timed once; 0: none, as before verifier 1.5)")
+                         "sets timed once; 0: none, as before verifier 1.5), epoch (the GPU "
+                         "lock's shared-epoch minimum in ms; 0: a timed phase closes it at "
+                         "once, as before verifier 1.6)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -482,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
-               "holdouts": 2}
+               "holdouts": 2, "epoch": -1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -490,10 +510,15 @@ def main(argv: list[str] | None = None) -> int:
                           {**default, "slots": 0}))
     passes += [(name, tempfile.mkdtemp(prefix="kzbench-cache-"), {**default, **kv})
                for name, kv in map(_parse_config, args.config)]
+    if args.prime:
+        prime = [(label, f"{p}\n# prime\n", f"{s}\n# prime\n")  # sources no pass shares
+                 for label, p, s in batch[:args.prime]]
+        run_batch(prime, default["workers"], tempfile.mkdtemp(prefix="kzbench-cache-"))
     for name, pass_cache, cfg in passes:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
                                  cfg["builders"] or None, bool(cfg["shadow"]),
-                                 cfg["zygote"], cfg["holdouts"])
+                                 cfg["zygote"], cfg["holdouts"],
+                                 cfg["epoch"] if cfg["epoch"] >= 0 else None)
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

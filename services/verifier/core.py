@@ -21,6 +21,7 @@ from typing import Any
 from services.verifier import candidate, perf, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError, SandboxError
+from services.verifier.gpu_lock import GpuLock
 from services.verifier.options import VerifyOptions
 from services.verifier.pool import SlotPool
 from services.verifier.report import Timings, VerifyReport, first_stage, rejected
@@ -50,7 +51,8 @@ class Session:
         self._in_use: dict[str, int] = {}
         self._expected: dict[str, int] = {}  # uses announced by verify_many, not yet done
         self._guard = threading.Lock()
-        self.gpu = perf.GpuLock(options.cache) if options.device == "cuda" else None
+        self.gpu = GpuLock(options.cache, options.shared_epoch_s) \
+            if options.device == "cuda" else None
 
     def _new_ref_slot(self) -> reference.RefSlot:
         return reference.RefSlot(self.options, self.mode, self.base)

@@ -44,6 +44,9 @@ class VerifyOptions:
     warmup: int = 3
     flush_mb: int = 256  # L2 flush buffer (>= 2x L2)
     adaptive_shadow: bool = True  # flush for as long as the host takes to launch (timing.py)
+    # a shared epoch of the GPU lock runs at least this long before a timed phase closes it;
+    # timed phases that arrive meanwhile share one drain (gpu_lock.py); 0: close at once
+    shared_epoch_s: float = 0.5
     # new inputs of the timed shape, each timed once after the timed runs and checked: a
     # time faster than theirs came from inputs seen before (caching; candidate.py)
     holdouts: int = 2
@@ -52,7 +55,8 @@ class VerifyOptions:
     isolation: str = "auto"  # or a mode from sandbox.MODES
     cache_dir: str = ""  # empty: $KZ_VERIFIER_CACHE or <tmp>/kz-verifier-cache
     tmp_dir: str = ""  # where private dirs live (empty: system temp)
-    warm_slots: int = 1  # sandboxes started ahead (torch imported while idle); 0 = start per candidate
+    # sandboxes started ahead (torch imported while idle); 0 = start per candidate
+    warm_slots: int = 1
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
     # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise)
@@ -78,6 +82,8 @@ class VerifyOptions:
             raise ValueError("workers must be >= 1")
         if self.holdouts < 0:
             raise ValueError("holdouts must be >= 0")
+        if not 0 <= self.shared_epoch_s <= 10:
+            raise ValueError("shared_epoch_s must be within [0, 10]")
         if self.warmup < 2 or self.n_timing_runs < 5:
             raise ValueError("need warmup >= 2 and n_timing_runs >= 5")
 

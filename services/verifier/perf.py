@@ -1,17 +1,14 @@
-"""Roofline, speed-of-light sanity bound, peak cache, GPU lock and environment fingerprint."""
+"""Roofline, speed-of-light sanity bound, holdout floor, peak cache and environment fingerprint
+(the GPU lock is gpu_lock.py)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import platform
 import re
 import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -46,75 +43,6 @@ def holdout_floor(median_ms: float, holdout_ms: Sequence[float],
                   f"before ({fastest:.4g} vs {median_ms:.4g} ms): outputs cached by input "
                   "contents")
     return max(median_ms, fastest / (1 + HOLDOUT_SLACK)), ratio, reason
-
-
-class GpuLock:
-    """Shared for correctness calls, exclusive for timed runs, on one GPU host.
-
-    Writer-preferring readers/writer lock across this process's threads, plus
-    flock(LOCK_SH/LOCK_EX) on a file so several verifier processes share it too.
-    No other candidate's kernels run while one is being timed.
-    """
-
-    def __init__(self, cache_dir: str) -> None:
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        self.path = Path(cache_dir) / "gpu.lock"
-        self._cv = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._writers_waiting = 0
-        self._local = threading.local()  # per thread: what its last exclusive() waited for
-
-    def last_exclusive_wait(self) -> dict[str, float]:
-        """Seconds the calling thread's last `exclusive` waited for other timed phases
-        (writers), for shared holders to finish (readers), and for other processes (flock):
-        diagnostics of where a candidate's wait for the GPU goes."""
-        return dict(getattr(self._local, "wait", {}))
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cv:
-            while self._writer or self._writers_waiting:
-                self._cv.wait()
-            self._readers += 1
-        try:
-            with self._flock(fcntl.LOCK_SH):
-                yield
-        finally:
-            with self._cv:
-                self._readers -= 1
-                self._cv.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        wait = {"writers": 0.0, "readers": 0.0, "flock": 0.0}
-        with self._cv:
-            self._writers_waiting += 1
-            while self._writer or self._readers:
-                kind, t = ("writers" if self._writer else "readers"), time.monotonic()
-                self._cv.wait()
-                wait[kind] += time.monotonic() - t
-            self._writers_waiting -= 1
-            self._writer = True
-        try:
-            t = time.monotonic()
-            with self._flock(fcntl.LOCK_EX):
-                wait["flock"] = time.monotonic() - t
-                self._local.wait = {k: round(v, 3) for k, v in wait.items()}
-                yield
-        finally:
-            with self._cv:
-                self._writer = False
-                self._cv.notify_all()
-
-    @contextmanager
-    def _flock(self, mode: int) -> Iterator[None]:
-        with open(self.path, "a") as f:
-            fcntl.flock(f, mode)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def peak_path(cache_dir: str, device_name: str) -> Path:

@@ -58,6 +58,15 @@ _HI: dict = {"spent_s": 0.0, "budget_s": float(JOB.get("hi_budget_s", 0.0)), "pe
 _PENDING: list[tuple[object, str]] = []
 _PENDING_MAX = 2 << 30
 _KEPT_INPUTS: dict[str, list] = {}  # trial file name -> its inputs (the timed runs use them)
+# Seconds per step of the trials, summed over them (diagnostics: where a bundle's time goes;
+# `yield` is the wait for the GPU lock between trials)
+_STEPS: dict[str, float] = {"draw": 0.0, "gate": 0.0, "hi": 0.0, "yield": 0.0}
+
+
+def _lap(step: str, since: float) -> float:
+    now = time.monotonic()
+    _STEPS[step] += now - since
+    return now
 
 
 def _nbytes(obj: object) -> int:
@@ -141,7 +150,8 @@ def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, 
     if DEVICE == "cuda":
         _HI["peak"] = torch.cuda.max_memory_allocated() - base
     del run
-    return seed, host, dev, [r.cpu().clone() for r in refs], refs
+    # .cpu() copies from the GPU; on the CPU it is the same tensor, so clone
+    return seed, host, dev, [r.cpu() if DEVICE == "cuda" else r.clone() for r in refs], refs
 
 
 def _hi_model(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -206,14 +216,17 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
     rng = random.Random(JOB["seeds"][0] + 31 * s + t)
     exp = [0, rng.choice([1, 2]), -rng.choice([1, 2])][t] if t < 3 else rng.randint(-2, 2)
     hits: list[str] = []
+    clock = time.monotonic()
     for attempt in range(JOB["max_redraws"] + 1):
         seed, inputs, dev_inputs, refs, dev_refs = _draw(mod, model, exp)
         if not all(bool(torch.isfinite(r).all()) for r in dev_refs if r.is_floating_point()):
             # our scaling overflowed: redraw unscaled
             seed, inputs, dev_inputs, refs, dev_refs = _draw(mod, model, 0)
+        clock = _lap("draw", clock)
         # the gate runs where the data is (fast on GPU)
         hits = [", ".join(h) for r in dev_refs
                 if (h := trivial_matches(r, dev_inputs, _tol(r)))]
+        clock = _lap("gate", clock)
         if len(hits) < len(refs):
             break
         exp += 2  # non-discriminating: redraw with larger magnitudes
@@ -223,6 +236,7 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
     _save_later(refs, os.path.join(JOB["work"], "ref", f"ref_{s}_{t}.pt"))
     his = _hi_refs(hi, dev_inputs, dev_refs)
     del dev_inputs, dev_refs
+    _lap("hi", clock)
     hi_file = f"hi_{s}_{t}.pt" if any(h is not None for h in his) else None
     if hi_file:  # only outputs the float64 run refines: most trials store nothing extra
         _save_later(his, os.path.join(JOB["work"], "ref", hi_file))
@@ -349,8 +363,12 @@ def _gate(word: str) -> bool:
     """Ask the parent for a GPU phase (shared: trials; exclusive: timing), wait for GO."""
     if not JOB.get("gated"):
         return True
+    t = time.monotonic()
     _CTRL.write(word + "\n")
-    return sys.stdin.readline().strip() == "GO"
+    go = sys.stdin.readline().strip() == "GO"
+    if word == "KZ-YIELD":
+        _lap("yield", t)
+    return go
 
 
 def main() -> None:
@@ -376,8 +394,9 @@ def main() -> None:
         return
     META["hi_ref_notes"] = sorted(_HI["notes"])
     META["hi_ref_s"] = round(_HI["spent_s"], 4)
-    META["steps_s"] = {"startup": round(_STARTUP_S, 3),
-                       "trials": round(time.monotonic() - _T0, 3)}  # diagnostics only
+    META["steps_s"] = {"startup": round(_STARTUP_S, 3),  # diagnostics only
+                       "trials": round(time.monotonic() - _T0, 3),
+                       **{f"trials_{k}": round(v, 3) for k, v in _STEPS.items()}}
     if JOB.get("timing"):
         t_timing = time.monotonic()
         _timing(mod, models)

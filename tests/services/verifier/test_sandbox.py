@@ -343,7 +343,7 @@ def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> No
     asks meanwhile runs after the current trial, not after the whole build (1.6 s)."""
     import threading
 
-    from services.verifier.perf import GpuLock
+    from services.verifier.gpu_lock import GpuLock
 
     gates = GpuLock(str(base / "cache"))
     view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
