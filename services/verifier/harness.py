@@ -264,10 +264,13 @@ def _integrity() -> list[str]:
     return problems
 
 
-def _timing(models: dict[int, torch.nn.Module]) -> None:
+def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None:
     spec = JOB["timing"]
     model = models[spec["shape_index"]]
-    sets = [[_to_device(x) for x in _load(os.path.join(JOB["inputs"], f), weights_only=True)]
+    # The timed sets are correctness trials, already read for the calls (`loaded`: a
+    # candidate that altered those host copies gets outputs the parent finds wrong).
+    sets = [[_to_device(x) for x in (loaded.get(f) or _load(os.path.join(JOB["inputs"], f),
+                                                            weights_only=True))]
             for f in spec["files"] + spec.get("holdout_files", [])]
     args, loads = TIMER.rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
@@ -440,7 +443,7 @@ def main() -> None:
         not c["errors"] and not c["aten_violations"] and c["launches"] for c in REPORT["calls"])
     if JOB.get("timing") and clean and JOB["timing"]["shape_index"] in models:
         try:
-            _timing(models)
+            _timing(models, {c["file"]: x for c, x in zip(JOB["calls"], inputs)})
         except BaseException as exc:  # noqa: BLE001
             REPORT["errors"].append(["timing", f"timing failed: {_brief(exc)}"])
         REPORT["integrity"] = _integrity()

@@ -47,8 +47,9 @@ class ReferenceBundle:
     op: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    # Copies of refs/hi_refs on another device (the GPU the parent compares on), made once.
-    _on: dict[str, tuple[list[list[torch.Tensor]], list[list[torch.Tensor | None]]]] = \
+    # Copies of a trial's refs/hi_refs on another device (the GPU the parent compares on),
+    # made once, on first use: small outputs are compared on the CPU and never copied.
+    _on: dict[tuple[str, int], tuple[list[torch.Tensor], list[torch.Tensor | None]]] = \
         field(default_factory=dict, repr=False)
     _on_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -60,13 +61,11 @@ class ReferenceBundle:
         if device == "cpu":
             return self.refs[i], self.hi_refs[i]
         with self._on_lock:
-            if device not in self._on:
-                self._on[device] = (
-                    [[r.to(device) for r in rs] for rs in self.refs],
-                    [[h.to(device) if h is not None else None for h in hs]
-                     for hs in self.hi_refs])
-            refs, his = self._on[device]
-        return refs[i], his[i]
+            if (device, i) not in self._on:
+                self._on[device, i] = ([r.to(device) for r in self.refs[i]],
+                                       [h.to(device) if h is not None else None
+                                        for h in self.hi_refs[i]])
+            return self._on[device, i]
 
 
 def problem_key(problem_src: str, options: VerifyOptions) -> str:
