@@ -264,7 +264,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
                "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream", "retries_cut",
-               "holdout_ratio", "holdout_raised")
+               "holdout_ratio", "holdout_raised", "holdout_margin_ms")
 
 
 def _exclusive(batch: list[tuple[str, str, str]], rows: list[dict[str, Any]],

@@ -297,7 +297,8 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     if not launches:
         REPORT["errors"].append(["timing", "no Triton launch during the timed runs"])
     REPORT["errors"].extend(echo)
-    REPORT["timing"] = {**stats, "holdout_ms": held_ms}
+    REPORT["timing"] = {**stats, "holdout_ms": held_ms,
+                        "holdout_margin_ms": getattr(TIMER, "once_margin_ms", None)}
     for name, outputs in (("timed", last), ("holdout", held)):
         for k, out in enumerate(outputs):
             outs = flatten(out)

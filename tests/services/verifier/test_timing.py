@@ -367,3 +367,24 @@ def test_a_cache_by_input_contents_is_fast_on_seen_inputs_only() -> None:
     dev.kernel = 1.0  # an honest kernel: as fast on new inputs as on seen ones
     st = t.time(fns[:3], warmup=3, runs=10, prepare=loads[:3])
     assert perf.holdout_floor(st["median_ms"], t.once(fns[3:], loads[3:])[0]) == (1.0, 1.0, None)
+
+
+def test_holdout_runs_get_a_shadow_no_launch_outlasts_and_the_fitted_one_returns() -> None:
+    """`once` times single runs: a host late for one of them would be timed with it (and a
+    late honest holdout raises the reported time), so their shadow is ONCE_SHADOW_MS long."""
+    dev = _FakeDevice(kernel=0.02, host=0.05)
+    t = _fake_timer(dev)
+    t.time([lambda: "out"], warmup=3, runs=10)
+    fitted = (t.passes, t.extra)
+    seen: list[float] = []
+    dev.loop_host = 0.05
+
+    def run() -> str:
+        seen.append(t._expected_shadow_ms())
+        return "held"
+
+    ms, outs = t.once([run, run])
+    assert ms == [0.02, 0.02] and outs == ["held", "held"]
+    assert seen and min(seen) >= timing.ONCE_SHADOW_MS
+    assert (t.passes, t.extra) == fitted  # the timed runs' shadow is left as it was
+    assert t.once_margin_ms is not None and t.once_margin_ms >= timing.ONCE_SHADOW_MS - 0.05
