@@ -26,6 +26,7 @@ import torch
 
 from services.verifier import perf
 from services.verifier import policy as P
+from services.verifier import records
 from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
 from services.verifier import workspace as W
@@ -188,12 +189,12 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
     cap = options.fsize_mb << 20
     steps = {} if steps is None else steps
     with _step(steps, "judge_load"):  # every file first: the device section below is short
-        calls = [W.load_tensors(work / "out" / f"call_{i}.pt", cap)
-                 for i in range(len(job["calls"]))]
+        out = work / "out"  # raw records (records.py): mapped, nothing unpickled
+        calls = [records.read(out, f"call_{i}", cap) for i in range(len(job["calls"]))]
         timing = bundle.meta["timing"] if job.get("timing") else {}
-        timed = [W.load_tensors(work / "out" / f"timed_{k}.pt", cap)
+        timed = [records.read(out, f"timed_{k}", cap)
                  for k in range(len(timing.get("trial_indices", [])))]
-        held = [W.load_tensors(work / "out" / f"holdout_{k}.pt", cap)
+        held = [records.read(out, f"holdout_{k}", cap)
                 for k in range(len(timing.get("holdout_indices", [])))]
     with _step(steps, "judge_compare"):
         for i, (call, data) in enumerate(zip(job["calls"], calls)):

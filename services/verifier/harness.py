@@ -2,8 +2,8 @@
 
 It reads its job (one JSON line) from stdin, captures the real torch/triton
 functions, installs the launch counter and the aten tracer, and only THEN
-imports the solution. It writes outputs (torch.save) and a report for the
-trusted parent. Nothing it writes decides a pass on its own: the parent
+imports the solution. It writes outputs (raw records: records.py) and a report for
+the trusted parent. Nothing it writes decides a pass on its own: the parent
 recomputes the verdict from the tensors; the report can only add rejections.
 Standalone: the repo is not visible here, so it imports only torch/triton.
 """
@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_timing
 from kz_checks import flatten, output_problems, unchanged  # noqa: E402 - before the candidate
+from kz_records import write as _write_record  # noqa: E402 - binds torch.from_file now
 
 
 class _NoDynamoMode(TorchDispatchMode):
@@ -72,9 +73,6 @@ _CTRL.write("KZ-WARM\n")
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 _load, _save, _equal = torch.load, torch.save, torch.equal
-# No zip CRC32 over every saved output: it was half of torch.save's CPU, and the parent
-# trusts nothing in these files anyway (it re-checks every tensor it reads back).
-getattr(torch.serialization, "set_crc32_options", lambda _: None)(False)
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 _ALLOWED = frozenset(JOB["allowed_aten"])
@@ -227,7 +225,7 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
         # of each shape only: every call gets the harness-side checks above anyway.
         _save_later({"outputs": tensors,
                      "inputs_after": inputs if call.get("save_inputs") else None},
-                    f"call_{index}.pt")
+                    f"call_{index}")
     REPORT["calls"].append(rec)
     _mark("call_checks", t)
 
@@ -303,7 +301,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         for k, out in enumerate(outputs):
             outs = flatten(out)
             tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
-            _save_later({"outputs": tensors, "inputs_after": None}, f"{name}_{k}.pt")
+            _save_later({"outputs": tensors, "inputs_after": None}, f"{name}_{k}")
 
 
 def _echo(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
@@ -351,13 +349,14 @@ _PENDING: list[tuple[dict, str]] = []
 
 
 def _save_later(obj: dict, name: str) -> None:
-    """Outputs are written after the locked GPU phases (disk I/O holds no lock)."""
+    """Outputs are written after the locked GPU phases (disk I/O holds no lock): each
+    `obj` ({"outputs": [...], "inputs_after": [...] or None}) as record `name`."""
     _PENDING.append((obj, name))
 
 
 def _flush_pending() -> None:
     for obj, name in _PENDING:
-        _save(obj, os.path.join(JOB["work"], "out", name))
+        _write_record(os.path.join(JOB["work"], "out"), name, obj)
     _PENDING.clear()
 
 

@@ -44,6 +44,7 @@ class Slot:
         (self.work / "out").mkdir()
         W.populate(self.work, {"harness.py": W.PKG / "harness.py",
                                "kz_checks.py": W.PKG / "harness_checks.py",
+                               "kz_records.py": W.PKG / "records.py",
                                "kz_timing.py": W.PKG / "timing.py"})
         if stubs.is_dir():
             W.copy_tree(stubs, self.cache)

@@ -1,0 +1,99 @@
+"""Output records (records.py): the round trip, aliasing, and every malformed file refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from services.verifier import records
+
+
+def _round_trip(tmp_path: Path, groups: dict) -> dict:
+    records.write(str(tmp_path), "rec", groups)
+    got = records.read(tmp_path, "rec", 1 << 30)
+    assert got is not None
+    return got
+
+
+def test_tensors_views_and_scalars_come_back_bit_for_bit(tmp_path: Path) -> None:
+    x = torch.randn(6, 5)
+    h = torch.randn(4, 3).to(torch.bfloat16)
+    outs = [x.t(), x[1:4, ::2], h, torch.arange(7, dtype=torch.int64), torch.ones(3) > 0,
+            torch.empty(0, 4), None, "not a tensor"]
+    got = _round_trip(tmp_path, {"outputs": outs, "inputs_after": [x, 3, 2.5, True]})
+    back = got["outputs"]
+    for a, b in zip(outs[:6], back[:6]):
+        assert b.dtype == a.dtype and b.shape == a.shape and b.stride() == a.stride()
+        assert torch.equal(a, b)
+    assert back[6] is None and back[7] is None
+    assert got["inputs_after"][1:] == [3, 2.5, True]
+    assert torch.equal(got["inputs_after"][0], x)
+
+
+def test_views_of_one_storage_share_one_again_and_others_do_not(tmp_path: Path) -> None:
+    """The parent's alias check compares storages: an output that was a view of an input
+    must still be one, and distinct tensors must not look shared."""
+    x, y = torch.randn(8), torch.randn(8)
+    got = _round_trip(tmp_path, {"outputs": [x[2:], y], "inputs_after": [x]})
+    ptr = got["inputs_after"][0].untyped_storage().data_ptr()
+    assert got["outputs"][0].untyped_storage().data_ptr() == ptr
+    assert got["outputs"][1].untyped_storage().data_ptr() != ptr
+    assert got["inputs_after"] and (tmp_path / "rec.bin").stat().st_size < 2 * 8 * 4 + 64
+
+
+def test_a_record_without_tensors_and_a_missing_one(tmp_path: Path) -> None:
+    assert _round_trip(tmp_path, {"outputs": [None], "inputs_after": None}) == {
+        "outputs": [None], "inputs_after": None}
+    assert records.read(tmp_path, "absent", 1 << 20) is None
+
+
+def _tamper(tmp_path: Path, edit) -> dict | None:  # type: ignore[no-untyped-def]
+    records.write(str(tmp_path), "rec", {"outputs": [torch.randn(4, 4)], "inputs_after": None})
+    header = json.loads((tmp_path / "rec.json").read_text())
+    edit(header)
+    (tmp_path / "rec.json").write_text(json.dumps(header))
+    return records.read(tmp_path, "rec", 1 << 20)
+
+
+def _out(h: dict) -> dict:
+    return h["groups"]["outputs"][0]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda h: _out(h).update(shape=[4, 5]),  # reaches past its storage
+    lambda h: _out(h).update(stride=[4, 2]),
+    lambda h: _out(h).update(offset=1),
+    lambda h: _out(h).update(stride=[-4, 1]),  # negative numbers
+    lambda h: _out(h).update(shape=[4, 4, 1]),  # shape and stride of different lengths
+    lambda h: _out(h).update(dtype="complex64"),  # a dtype outside the list
+    lambda h: _out(h).update(dtype="float64"),  # 8-byte elements: twice the bytes there are
+    lambda h: _out(h).update(storage=1),  # no such storage
+    lambda h: _out(h).update(shape=[4.0, 4]),  # not integers
+    lambda h: _out(h).update(shape=[True, 4]),
+    lambda h: h["storages"][0].update(nbytes=10 ** 9),  # past the end of the file
+    lambda h: h["storages"][0].update(offset=8),  # unaligned
+    lambda h: h.update(groups=[]),
+    lambda h: h["groups"].update(outputs={"a": 1}),
+    lambda h: h["groups"]["outputs"].append({"value": [1, 2]}),  # a value that is no scalar
+    lambda h: h["groups"]["outputs"].append(7),
+])
+def test_every_malformed_header_is_refused_whole(tmp_path: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    assert _tamper(tmp_path, edit) is None
+
+
+def test_oversized_symlinked_or_garbage_files_are_refused(tmp_path: Path) -> None:
+    records.write(str(tmp_path), "rec", {"outputs": [torch.randn(64)], "inputs_after": None})
+    assert records.read(tmp_path, "rec", 100) is None  # 256 bytes over a 100-byte cap
+    (tmp_path / "link.json").symlink_to(tmp_path / "rec.json")
+    (tmp_path / "link.bin").symlink_to(tmp_path / "rec.bin")
+    assert records.read(tmp_path, "link", 1 << 20) is None
+    (tmp_path / "junk.json").write_bytes(os.urandom(64))
+    (tmp_path / "junk.bin").write_bytes(b"")
+    assert records.read(tmp_path, "junk", 1 << 20) is None
+    (tmp_path / "big.json").write_text(" " * (records.MAX_HEADER + 1) + "{}")
+    (tmp_path / "big.bin").write_bytes(b"")
+    assert records.read(tmp_path, "big", 1 << 20) is None
