@@ -18,7 +18,8 @@ VERIFIER_VERSION = "1.6.0"  # 1.1: float64 reference accepted too; 1.2: compare 
 # per set (memoised outputs and library compute in the timed runs are rejected); 1.5: two
 # holdouts (new inputs) timed once after the timed runs floor the reported time; one 3x
 # slower than it is a cache of outputs by input contents, rejected; 1.6: holdout runs under
-# a shadow of at least 2 ms (a late host launch read honest holdouts up to 2.4x slow)
+# a shadow of at least 2 ms (a late host launch read honest holdouts up to 2.4x slow); a
+# side-stream flag needs a second synced loop to agree before the strict re-time
 
 
 def _default_cache() -> str:

@@ -115,8 +115,12 @@ class _FakeDevice:
     shadow that takes `stretch` x its expected time (side work running inside it)."""
 
     def __init__(self, kernel: float, host: float, stretch: float = 1.0,
-                 b2b: float = 1.0, loop_host: float | None = None) -> None:
+                 b2b: float = 1.0, loop_host: float | None = None,
+                 late_end: tuple[int, ...] = ()) -> None:
         self.kernel, self.host, self.stretch, self.strict_calls = kernel, host, stretch, 0
+        # synced loops (by number) whose candidate runs end late after e1: side work, or
+        # a noisy wake-up
+        self.late_end = late_end
         self.loop_host = host if loop_host is None else loop_host  # launch time in the loop
         self.b2b, self.b2b_calls = b2b, 0  # back to back: `b2b` x the synced kernel time
 
@@ -136,7 +140,9 @@ class _FakeDevice:
                 last[i % len(seq)] = seq[i % len(seq)]()
                 t1.append(self.next_ms if seq[i % len(seq)] is not timing._noop else 0.0)
             gap = 0.015 if t.passes == 1 and t.extra is None else 0.03
-            t2 = [a + gap for a in t1]
+            late = 0.05 if len(self.loop_runs) - 1 in self.late_end else 0.0
+            t2 = [a + gap + (late if seq[i % len(seq)] is not timing._noop else 0.0)
+                  for i, a in enumerate(t1)]
             shadow = t._expected_shadow_ms() * self.stretch
             t.last_loop = timing._Shadow([shadow] * runs, [self.loop_host] * runs)
             return t1, t2, last
@@ -388,3 +394,16 @@ def test_holdout_runs_get_a_shadow_no_launch_outlasts_and_the_fitted_one_returns
     assert seen and min(seen) >= timing.ONCE_SHADOW_MS
     assert (t.passes, t.extra) == fitted  # the timed runs' shadow is left as it was
     assert t.once_margin_ms is not None and t.once_margin_ms >= timing.ONCE_SHADOW_MS - 0.05
+
+
+@pytest.mark.parametrize("late_end, strict", [((1,), False), ((1, 2), True)])
+def test_a_side_stream_flag_needs_a_second_loop_to_agree(late_end: tuple[int, ...],
+                                                         strict: bool) -> None:
+    """Loop 0 is the probe, 1 the timed loop, 2 the second opinion. One noisy loop is not
+    side-stream work: the clean second loop is reported. Work that ends after e1 in both
+    is timed strictly, as before."""
+    dev = _FakeDevice(kernel=0.05, host=0.03, late_end=late_end)
+    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
+    assert st["side_stream_rechecked"] and st["side_stream"] == strict
+    assert dev.strict_calls == int(strict)
+    assert (st["loop"] == "strict") == strict and st["last_outputs"] == ["out"]
