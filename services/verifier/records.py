@@ -38,8 +38,8 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
 
 def write(out_dir: str, name: str, groups: dict[str, list | None],
           from_file: Any = torch.from_file, empty: Any = torch.empty) -> None:
-    """Write `groups` (name -> list of tensors / scalars / anything, or None) as record
-    `name`. Anything but a plain tensor, None or an int/float/bool is written as null.
+    """Write `groups` (name -> list of tensors / plain data / anything, or None) as record
+    `name`. Anything but a plain tensor or plain data (see `plain`) is written as null.
     `from_file`/`empty` are bound at import: the harness imports this module before the
     candidate's code runs."""
     slots: dict[tuple[str, int], int] = {}
@@ -58,9 +58,7 @@ def write(out_dir: str, name: str, groups: dict[str, list | None],
             return {"storage": slots[key], "dtype": str(x.dtype).removeprefix("torch."),
                     "shape": list(x.shape), "stride": list(x.stride()),
                     "offset": x.storage_offset()}
-        if type(x) in (bool, int, float):
-            return {"value": x}
-        return None
+        return {"value": plain(x)} if _is_plain(x) else None
 
     header: dict[str, Any] = {"groups": {g: None if xs is None else [entry(x) for x in xs]
                                          for g, xs in groups.items()}}
@@ -134,10 +132,9 @@ def _item(bases: list[torch.Tensor], e: Any) -> Any:
     if not isinstance(e, dict):
         raise ValueError("bad entry")
     if "value" in e:
-        v = e["value"]
-        if type(v) not in (bool, int, float):
+        if not _is_plain(e["value"]):
             raise ValueError("bad value")
-        return v
+        return e["value"]
     dtype = DTYPES[e["dtype"]]
     k = _nat(e["storage"])
     if k >= len(bases):
@@ -157,6 +154,18 @@ def _item(bases: list[torch.Tensor], e: Any) -> Any:
         raise ValueError("offset past the end of its storage")
     typed = base[:elems * item].view(dtype)
     return typed.as_strided(shape, stride, offset)
+
+
+def plain(x: Any) -> Any:
+    """Plain data as a record holds it: scalars, strings and None as they are, lists and
+    tuples as lists (a problem's non-tensor inputs, e.g. a dim; compare with this)."""
+    return [plain(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+
+def _is_plain(x: Any, depth: int = 0) -> bool:
+    if x is None or type(x) in (bool, int, float, str):
+        return True
+    return type(x) in (list, tuple) and depth < 4 and all(_is_plain(v, depth + 1) for v in x)
 
 
 def _list(x: Any) -> list:

@@ -23,14 +23,16 @@ def test_tensors_views_and_scalars_come_back_bit_for_bit(tmp_path: Path) -> None
     x = torch.randn(6, 5)
     h = torch.randn(4, 3).to(torch.bfloat16)
     outs = [x.t(), x[1:4, ::2], h, torch.arange(7, dtype=torch.int64), torch.ones(3) > 0,
-            torch.empty(0, 4), None, "not a tensor"]
-    got = _round_trip(tmp_path, {"outputs": outs, "inputs_after": [x, 3, 2.5, True]})
+            torch.empty(0, 4), None, object()]
+    after = [x, 3, 2.5, True, (1, [2, "a"]), None, object()]
+    got = _round_trip(tmp_path, {"outputs": outs, "inputs_after": after})
     back = got["outputs"]
     for a, b in zip(outs[:6], back[:6]):
         assert b.dtype == a.dtype and b.shape == a.shape and b.stride() == a.stride()
         assert torch.equal(a, b)
     assert back[6] is None and back[7] is None
-    assert got["inputs_after"][1:] == [3, 2.5, True]
+    assert got["inputs_after"][1:] == [3, 2.5, True, [1, [2, "a"]], None, None]
+    assert records.plain(after[4]) == got["inputs_after"][4]
     assert torch.equal(got["inputs_after"][0], x)
 
 
@@ -78,7 +80,8 @@ def _out(h: dict) -> dict:
     lambda h: h["storages"][0].update(offset=8),  # unaligned
     lambda h: h.update(groups=[]),
     lambda h: h["groups"].update(outputs={"a": 1}),
-    lambda h: h["groups"]["outputs"].append({"value": [1, 2]}),  # a value that is no scalar
+    lambda h: h["groups"]["outputs"].append({"value": {"a": 1}}),  # a value that is no data
+    lambda h: h["groups"]["outputs"].append({"value": [[[[[1]]]]]}),  # nested too deep
     lambda h: h["groups"]["outputs"].append(7),
 ])
 def test_every_malformed_header_is_refused_whole(tmp_path: Path, edit) -> None:  # type: ignore[no-untyped-def]
