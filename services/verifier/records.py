@@ -29,9 +29,11 @@ import torch
 ALIGN = 64  # each storage starts on this boundary in the .bin (any dtype's view is aligned)
 MAX_HEADER = 4 << 20
 MAX_DIMS = 16
+# Every dtype a reference output or input may have (a record of any other is refused whole)
 DTYPES = {str(d).removeprefix("torch."): d for d in (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
-    torch.int32, torch.int64, torch.uint8, torch.bool)}
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+    torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+    torch.bool)}
 
 
 # ------------------------------------------------------------------ writer (in the sandbox)

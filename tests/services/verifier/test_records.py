@@ -24,13 +24,14 @@ def test_tensors_views_and_scalars_come_back_bit_for_bit(tmp_path: Path) -> None
     h = torch.randn(4, 3).to(torch.bfloat16)
     outs = [x.t(), x[1:4, ::2], h, torch.arange(7, dtype=torch.int64), torch.ones(3) > 0,
             torch.empty(0, 4), None, object()]
+    outs[6:6] = [torch.randn(3, dtype=torch.complex64)]
     after = [x, 3, 2.5, True, (1, [2, "a"]), None, object()]
     got = _round_trip(tmp_path, {"outputs": outs, "inputs_after": after})
     back = got["outputs"]
-    for a, b in zip(outs[:6], back[:6]):
+    for a, b in zip(outs[:7], back[:7]):
         assert b.dtype == a.dtype and b.shape == a.shape and b.stride() == a.stride()
         assert torch.equal(a, b)
-    assert back[6] is None and back[7] is None
+    assert back[7] is None and back[8] is None
     assert got["inputs_after"][1:] == [3, 2.5, True, [1, [2, "a"]], None, None]
     assert records.plain(after[4]) == got["inputs_after"][4]
     assert torch.equal(got["inputs_after"][0], x)
@@ -71,7 +72,7 @@ def _out(h: dict) -> dict:
     lambda h: _out(h).update(offset=1),
     lambda h: _out(h).update(stride=[-4, 1]),  # negative numbers
     lambda h: _out(h).update(shape=[4, 4, 1]),  # shape and stride of different lengths
-    lambda h: _out(h).update(dtype="complex64"),  # a dtype outside the list
+    lambda h: _out(h).update(dtype="float8_e4m3fn"),  # a dtype outside the list
     lambda h: _out(h).update(dtype="float64"),  # 8-byte elements: twice the bytes there are
     lambda h: _out(h).update(storage=1),  # no such storage
     lambda h: _out(h).update(shape=[4.0, 4]),  # not integers
