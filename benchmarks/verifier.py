@@ -189,8 +189,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     items = [(p, s) for _, p, s in batch]
     t0 = time.monotonic()
     with HostLoad() as load:  # what core.verify_many does, keeping the session's GPU lock
-        session = core.Session(options, warm_slots=core.warm_slots_for(options, workers),
-                               demand=len(items), problems=len({p for p, _ in items}))
+        session = core.batch_session(items, options, workers)
         try:
             reports = core.verify_batch(session, items, workers)
             lock = session.gpu.stats() if session.gpu else {}

@@ -254,13 +254,20 @@ def warm_slots_for(options: VerifyOptions, workers: int) -> int:
     return max(options.warm_slots, workers) if options.warm_slots else 0
 
 
+def batch_session(items: list[tuple[str, str]], options: VerifyOptions,
+                  workers: int) -> Session:
+    """A session sized for `items` verified `workers` at a time: a warm sandbox per worker,
+    no more started than there are candidates, one reference worker per problem at most."""
+    problems = len({reference.problem_key(p, options) for p, _ in items})
+    return Session(options, warm_slots=warm_slots_for(options, workers), demand=len(items),
+                   problems=problems)
+
+
 def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
                 workers: int = 4) -> list[VerifyReport]:
     """Verify (problem, solution) pairs in a session of their own (see verify_batch)."""
     items = list(pairs)
-    problems = len({reference.problem_key(p, options) for p, _ in items})
-    session = Session(options, warm_slots=warm_slots_for(options, workers),
-                      demand=len(items), problems=problems)
+    session = batch_session(items, options, workers)
     try:
         return verify_batch(session, items, workers)
     finally:
