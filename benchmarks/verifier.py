@@ -180,22 +180,40 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
 def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
               adaptive_shadow: bool = True, zygote: int = -1,
-              holdouts: int = 2, epoch_ms: int | None = None) -> dict[str, Any]:
+              holdouts: int = 2, epoch_ms: int | None = None,
+              batches: int = 1) -> dict[str, Any]:
+    """One pass. `batches` > 1: the verifier service's way, one session across its batches
+    (each a new copy: new problems, cold compiles); the last one is reported, its clock
+    from its own start (the session, its fork server and warm sandboxes already up)."""
     from benchmarks.host_load import HostLoad
     from services.verifier import core
 
     options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
                             holdouts=holdouts, epoch_ms=epoch_ms)
     items = [(p, s) for _, p, s in batch]
+    earlier, lock0 = [], {}
+    if batches > 1:  # as VerifierCore._get_session makes it
+        session = core.Session(options, warm_slots=core.warm_slots_for(options, workers))
+        for k in range(batches - 1):
+            t = time.monotonic()
+            core.verify_batch(session, [(f"{p}\n# session batch {k}\n",
+                                         f"{s}\n# session batch {k}\n") for p, s in items],
+                              workers)
+            earlier.append(round(60 * len(items) / (time.monotonic() - t), 1))
+        lock0 = session.gpu.stats() if session.gpu else {}
     t0 = time.monotonic()
     with HostLoad() as load:  # what core.verify_many does, keeping the session's GPU lock
-        session = core.batch_session(items, options, workers)
+        if batches == 1:
+            session = core.batch_session(items, options, workers)
         try:
             reports = core.verify_batch(session, items, workers)
             lock = session.gpu.stats() if session.gpu else {}
+            lock = {k: round(v - lock0.get(k, 0), 3) for k, v in lock.items()}
+            wall = time.monotonic() - t0  # a service's session stays open: no close
         finally:
             session.close()
-    wall = time.monotonic() - t0
+    if batches == 1:
+        wall = time.monotonic() - t0
     rows: list[dict[str, Any]] = []
     for (label, _, _), r in zip(batch, reports):
         t = r.timings
@@ -221,6 +239,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     spreads = [x["spread"] for x in honest if x["spread"] is not None]
     host = load.summary()
     return {"wall_s": wall, "n": len(rows), "per_minute": 60 * len(rows) / wall,
+            # batches > 1: the rates of the same session's earlier batches (reported: last)
+            "session_batches": batches, "earlier_batches_per_minute": earlier,
             **_mid_rate([x["batch_s"][1] for x in rows if x.get("batch_s")]),
             "workers": workers, "bundle_builders": options.bundle_builders,
             "adaptive_shadow": adaptive_shadow,
@@ -263,7 +283,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
                "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream", "retries_cut",
-               "holdout_ratio", "holdout_raised", "holdout_margin_ms")
+               "holdout_ratio", "holdout_raised", "holdout_margin_ms", "side_stream_rechecked")
 
 
 def _exclusive(batch: list[tuple[str, str, str]], rows: list[dict[str, Any]],
@@ -417,6 +437,7 @@ def _save(out: Path, result: dict[str, Any]) -> None:
 def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
     return {"pass": name, "candidates": v["n"], "wall_s": v["wall_s"], "per_min": v["per_minute"],
             "mid_per_min": v.get("mid_per_minute"), "first_done_s": v.get("first_done_s"),
+            "earlier_batches": v.get("earlier_batches_per_minute"),
             "median_cand_s": v.get("median_candidate_wall_s"), "warm_starts": v.get("warm_starts"),
             "phases": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_phase_s") or {}).items()),
             "steps": " ".join(f"{k}={t:.2f}" for k, t in (v.get("median_steps_s") or {}).items()),
@@ -440,7 +461,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
-PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_done_s",
+PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_batches",
+             "first_done_s",
              "median_cand_s", "warm_starts", "exclusive", "lock", "holdout",
              "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
@@ -450,10 +472,11 @@ PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "first_do
 def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
-    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch"}
+    unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch",
+                         "batches"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
-                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS")
+                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -481,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
                          "classic unshare+uid chain; default: auto), holdouts (unseen input "
                          "sets timed once; 0: none, as before verifier 1.5), epoch (the GPU "
                          "lock's shared-epoch minimum in ms; 0: a timed phase closes it at "
-                         "once, as before verifier 1.6)")
+                         "once, as before verifier 1.6), batches (N > 1: the service's way, "
+                         "one session across N batches, each a new copy; the last reported)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -501,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
-               "holdouts": 2, "epoch": -1}
+               "holdouts": 2, "epoch": -1, "batches": 1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -517,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
                                  cfg["builders"] or None, bool(cfg["shadow"]),
                                  cfg["zygote"], cfg["holdouts"],
-                                 cfg["epoch"] if cfg["epoch"] >= 0 else None)
+                                 cfg["epoch"] if cfg["epoch"] >= 0 else None, cfg["batches"])
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

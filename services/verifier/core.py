@@ -50,6 +50,7 @@ class Session:
         self._bundle_locks: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
         self._expected: dict[str, int] = {}  # uses announced by verify_many, not yet done
+        self._built: list[reference.ReferenceBundle] = []  # settled at close
         self._guard = threading.Lock()
         self.gpu = GpuLock(options.cache, options.shared_epoch_s) \
             if options.device == "cuda" else None
@@ -58,6 +59,11 @@ class Session:
         return reference.RefSlot(self.options, self.mode, self.base)
 
     def close(self) -> None:
+        for b in list(self._built):  # a worker still timing its baselines writes under base
+            try:
+                b.settle(self.options.reference_timeout_s)
+            except (ProblemError, SandboxError):
+                pass
         self.slots.close()
         self.ref_slots.close()
         if not self.options.keep_artifacts:
@@ -120,12 +126,17 @@ class Session:
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
         try:
             b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
-                                measure_peak=need_peak, gates=self.gpu, slots=self.ref_slots)
+                                measure_peak=need_peak, gates=self.gpu, slots=self.ref_slots,
+                                early=True, on_settled=self._settled)
         except ProblemError as exc:
             return exc
-        if b.meta.get("peak"):
-            perf.save_peak(o.cache, b.meta["peak"])
+        with self._guard:  # the unsettled ones only: a service's session lives long
+            self._built = [x for x in self._built if not x.settled] + [b]
         return b
+
+    def _settled(self, bundle: reference.ReferenceBundle) -> None:
+        if bundle.meta.get("peak"):
+            perf.save_peak(self.options.cache, bundle.meta["peak"])
 
     # ------------------------------------------------------------------ one candidate
 
@@ -163,6 +174,9 @@ class Session:
                kernels: tuple[str, ...]) -> VerifyReport:
         o = self.options
         out = candidate.run(solution_src, bundle, o, self.base, self.mode, self.gpu, self.slots)
+        # The bundle came as soon as its trials were in; its baselines' timing (and a
+        # failure there: the problem is unusable, as before) must be in for the verdict.
+        bundle.settle(o.reference_timeout_s + 60)
         device_name = bundle.meta.get("device_name")
         rep = VerifyReport(passed=False, stage="passed", reasons=[], device=o.device,
                            isolation=out.isolation, triton_launches=out.launches,
@@ -284,9 +298,10 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
     session.ref_slots.fill()
     session.expect(p for p, _ in items)
     progress = _Progress()
-    plan = _Plan(items, options)
+    ahead = 2 * max(1, workers)
+    plan = _Plan(items, options, ahead)
     builders = [threading.Thread(target=_prefetch, name=f"kz-bundle-prefetch-{k}", daemon=True,
-                                 args=(session, items, progress, 2 * max(1, workers), plan))
+                                 args=(session, items, progress, ahead, plan))
                 for k in range(options.bundle_builders)]
     for b in builders:
         b.start()
@@ -342,23 +357,31 @@ class _Progress:
 
 class _Plan:
     """The first use of each problem that needs a bundle, handed out in item order to
-    however many builders share it. Problems whose candidates all fail the static check
-    never need one."""
+    however many builders share it, each with the item its build waits for: the one
+    `ahead` sandboxed items before it (candidates that fail the static check take no
+    time, and their problems need no bundle)."""
 
-    def __init__(self, items: list[tuple[str, str]], options: VerifyOptions) -> None:
+    def __init__(self, items: list[tuple[str, str]], options: VerifyOptions,
+                 ahead: int) -> None:
         self._todo = iter(enumerate(items))
         self._seen: set[str] = set()
-        self._options = options
+        self._sandboxed: list[int] = []  # items so far that pass the static check
+        self._options, self._ahead = options, ahead
         self._lock = threading.Lock()
 
-    def next(self) -> tuple[int, str] | None:
+    def next(self) -> tuple[int, str, int] | None:
+        """(first use, problem, the item whose start lets its build begin), or None."""
         with self._lock:
             for i, (problem, solution) in self._todo:
+                if not check_solution(solution, self._options.policy).ok:
+                    continue
+                self._sandboxed.append(i)
                 key = reference.problem_key(problem, self._options)
-                if key in self._seen or not check_solution(solution, self._options.policy).ok:
+                if key in self._seen:
                     continue
                 self._seen.add(key)
-                return i, problem
+                k = len(self._sandboxed) - 1 - self._ahead
+                return i, problem, self._sandboxed[k] if k >= 0 else -1
             return None
 
 
@@ -366,12 +389,13 @@ def _prefetch(session: Session, items: list[tuple[str, str]], progress: _Progres
               ahead: int, plan: _Plan | None = None) -> None:
     """Build each problem's bundle before the workers reach it (a build is an own sandboxed
     reference run, ~5-15 s on the H200: workers that met an unbuilt problem waited for it
-    about as long as they spent verifying). At most `ahead` items ahead of the workers, so
-    the bundles held do not grow with the batch. Several builders may share one `plan`."""
-    plan = plan or _Plan(items, session.options)
+    about as long as they spent verifying). At most `ahead` sandboxed items ahead of the
+    workers, so the bundles held do not grow with the batch. Several builders may share
+    one `plan` (made with the same `ahead`)."""
+    plan = plan or _Plan(items, session.options, ahead)
     while (job := plan.next()) is not None:
-        i, problem = job
-        if not progress.wait_for(i - ahead):
+        _, problem, after = job
+        if not progress.wait_for(after):
             return
         try:
             session.ensure(problem)

@@ -12,6 +12,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,13 +21,19 @@ from services.verifier import policy as P
 from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
 from services.verifier import workspace as W
-from services.verifier.exceptions import ProblemError
+from services.verifier.exceptions import ProblemError, SandboxError
 from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
 from services.verifier.pool import SlotPool
 from services.verifier.static_scope import parse
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _set_event() -> threading.Event:
+    e = threading.Event()
+    e.set()
+    return e
 
 
 @dataclass
@@ -52,6 +59,31 @@ class ReferenceBundle:
     _on: dict[tuple[str, int], tuple[list[torch.Tensor], list[torch.Tensor | None]]] = \
         field(default_factory=dict, repr=False)
     _on_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Clear while its worker still runs (a published bundle gets its baselines' timing
+    # later); _failure: what made the problem unusable after all (raised to every verdict).
+    _settled: threading.Event = field(default_factory=_set_event, repr=False)
+    _failure: BaseException | None = field(default=None, repr=False)
+
+    def pending(self) -> None:
+        self._settled.clear()
+
+    def complete(self, failure: BaseException | None) -> None:
+        self._failure = failure
+        self._settled.set()
+
+    @property
+    def settled(self) -> bool:
+        return self._settled.is_set()
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until the worker is done (baselines timed); raise what made it unusable."""
+        if not self._settled.wait(timeout):
+            raise ProblemError(f"reference worker still running after {timeout} s")
+        f = self._failure
+        if isinstance(f, ProblemError):
+            raise ProblemError(str(f))
+        if f is not None:
+            raise SandboxError(f"reference worker: {type(f).__name__}: {f}")
 
     def tol_for(self, dtype: torch.dtype) -> Tol | None:
         return self.tolerances.get(str(dtype).replace("torch.", ""))
@@ -157,50 +189,148 @@ class RefSlot:
 
 def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
           timing: bool, measure_peak: bool, gates: sandbox.Gates | None,
-          slots: SlotPool | None = None) -> ReferenceBundle:
+          slots: SlotPool | None = None, early: bool = False,
+          on_settled: Callable[[ReferenceBundle], None] | None = None) -> ReferenceBundle:
     """Run the reference worker for `problem_src` (a pre-started one from `slots`, else a
-    fresh one); raise ProblemError if it is unusable."""
+    fresh one); raise ProblemError if it is unusable. `early`: return as soon as the
+    trials are in (the worker publishes them before it times the baselines); the rest
+    comes in the background (`ReferenceBundle.settle`; then `on_settled` runs)."""
     meta_lit = literal_meta(problem_src)
     family = meta_lit.get("family") if isinstance(meta_lit.get("family"), str) else None
     tols = tolerance_table(family)
     slot = slots.take() if slots else RefSlot(options, mode, base)
     try:
         slot.load(problem_src)
-        return _run(slot, options, base, timing, measure_peak, gates, tols, family, meta_lit)
-    finally:
+        job = _job(slot, options, timing, measure_peak, gates, tols, meta_lit)
+        job["publish"] = early
+    except BaseException:
         slot.close(keep=options.keep_artifacts)
+        raise
+    bundle = _Run(slot, base, options, job, (tols, family, meta_lit), on_settled).first(gates)
+    if not early:
+        bundle.settle()
+    return bundle
 
 
-def _run(slot: RefSlot, options: VerifyOptions, base: Path, timing: bool,
-         measure_peak: bool, gates: sandbox.Gates | None, tols: dict[str, Tol],
-         family: str | None, meta_lit: dict) -> ReferenceBundle:
-    job = {"device": options.device, "work": slot.inside.work, "nonce": uuid.uuid4().hex,
-           "gated": gates is not None,
-           "trials": options.trials, "max_shapes": options.max_shapes,
-           "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
-           "tolerances": {k: [t.atol, t.rtol, t.rel_norm] for k, t in tols.items()},
-           "max_redraws": options.max_redraws, "measure_peak": measure_peak,
-           # float64 references are optional: they may cost at most a quarter of the
-           # reference time limit, so a problem that fits the limit without them still fits
-           "hi_budget_s": options.reference_timeout_s / 4,
-           "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
-           "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
-                      "flush_bytes": options.flush_mb << 20, "holdouts": options.holdouts,
-                      "adaptive_shadow": options.adaptive_shadow} if timing else None}
-    res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
-    W.copy_tree(slot.cache, slot.shared)
-    return _collect(slot.work, job, res, tols, family, meta_lit, base, options)
+def _job(slot: RefSlot, options: VerifyOptions, timing: bool, measure_peak: bool,
+         gates: sandbox.Gates | None, tols: dict[str, Tol], meta_lit: dict) -> dict:
+    return {"device": options.device, "work": slot.inside.work, "nonce": uuid.uuid4().hex,
+            "gated": gates is not None,
+            "trials": options.trials, "max_shapes": options.max_shapes,
+            "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
+            "tolerances": {k: [t.atol, t.rtol, t.rel_norm] for k, t in tols.items()},
+            "max_redraws": options.max_redraws, "measure_peak": measure_peak,
+            # float64 references are optional: they may cost at most a quarter of the
+            # reference time limit, so a problem that fits the limit without them still fits
+            "hi_budget_s": options.reference_timeout_s / 4,
+            "scale_inputs": bool(meta_lit.get("scale_inputs", True)),
+            "timing": {"warmup": options.warmup, "runs": options.n_timing_runs,
+                       "flush_bytes": options.flush_mb << 20, "holdouts": options.holdouts,
+                       "adaptive_shadow": options.adaptive_shadow} if timing else None}
 
 
-def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol],
-             family: str | None, meta_lit: dict, base: Path,
-             options: VerifyOptions) -> ReferenceBundle:
-    meta = W.load_json(work / "meta.json", 64 << 20)
-    if meta is None or meta.get("nonce") != job["nonce"]:
-        raise ProblemError(f"reference worker produced no result: {res.describe()}; "
-                           f"stderr: {res.stderr_tail[-800:]}")
-    if meta["errors"]:
-        raise ProblemError("problem failed to run: " + meta["errors"][0][-800:])
+class _Run:
+    """One reference worker's run, read by the parent in up to two steps: the published
+    trials (a bundle candidates can start on), then the final meta (the baselines'
+    timing, the peak). The worker runs on its own thread meanwhile."""
+
+    def __init__(self, slot: RefSlot, base: Path, options: VerifyOptions, job: dict,
+                 problem: tuple[dict[str, Tol], str | None, dict],
+                 on_settled: Callable[[ReferenceBundle], None] | None) -> None:
+        self.slot, self.base, self.options, self.job = slot, base, options, job
+        self.problem, self.on_settled = problem, on_settled
+        self.res: sandbox.RunResult | None = None
+        self.error: BaseException | None = None
+        self.exited = threading.Event()
+        self.bundle: ReferenceBundle | None = None  # published, not yet settled
+        self.warm = False
+        self._lock = threading.Lock()
+
+    def first(self, gates: sandbox.Gates | None) -> ReferenceBundle:
+        """The bundle as soon as its trials are in; raises ProblemError if unusable."""
+        self.warm = self.slot.process.warm  # before the job: was it started ahead?
+        thread = threading.Thread(target=self._finish, args=(gates,), daemon=True,
+                                  name="kz-reference-run")
+        thread.start()
+        published = self.slot.process.ctrl.published
+        while not (published.is_set() or self.exited.wait(0.02)):
+            pass
+        with self._lock:
+            if published.is_set():
+                try:
+                    self.bundle = self._read(PUBLISHED)
+                    self.bundle.pending()
+                except ProblemError:
+                    self.bundle = None  # the final meta says why (or the same)
+            if self.bundle is not None and not self.exited.is_set():
+                return self.bundle  # the worker's thread settles it
+        thread.join()  # the worker is done: settle here
+        try:
+            if self.bundle is None:
+                if self.error is not None:
+                    raise self.error
+                self.bundle = self._read("meta.json")
+            self._settle(self.bundle)
+            return self.bundle
+        finally:
+            self.slot.close(keep=self.options.keep_artifacts)
+
+    def _finish(self, gates: sandbox.Gates | None) -> None:
+        try:
+            self.res = self.slot.process.finish((json.dumps(self.job) + "\n").encode(), gates)
+            W.copy_tree(self.slot.cache, self.slot.shared)
+        except BaseException as exc:  # noqa: BLE001 - reported by first() or settle()
+            self.error = exc
+        with self._lock:
+            self.exited.set()
+            bundle = self.bundle
+        if bundle is not None:  # published earlier: this completes it
+            try:
+                self._settle(bundle)
+            finally:
+                self.slot.close(keep=self.options.keep_artifacts)
+
+    def _settle(self, bundle: ReferenceBundle) -> None:
+        try:
+            if self.error is not None:
+                raise self.error
+            meta = self._meta("meta.json")
+            bundle.meta.update({k: meta[k] for k in _FINAL_KEYS if k in meta})
+            bundle.meta["phase_s"] = self.res.phase_s if self.res else None
+        except BaseException as exc:  # noqa: BLE001 - every waiting verdict gets it
+            bundle.complete(exc)
+            return
+        bundle.complete(None)
+        if self.on_settled:
+            self.on_settled(bundle)
+
+    def _meta(self, name: str) -> dict[str, Any]:
+        meta = W.load_json(self.slot.work / name, 64 << 20)
+        if meta is None or meta.get("nonce") != self.job["nonce"]:
+            why = self.res.describe() if self.res else "still running"
+            tail = self.res.stderr_tail[-800:] if self.res else ""
+            raise ProblemError(f"reference worker produced no result: {why}; stderr: {tail}")
+        if meta["errors"]:
+            raise ProblemError("problem failed to run: " + meta["errors"][0][-800:])
+        return meta
+
+    def _read(self, name: str) -> ReferenceBundle:
+        meta = self._meta(name)
+        b = _collect(self.slot.work, meta, self.problem, self.base, self.options)
+        b.meta["warm_start"] = self.warm  # the parent's own observation
+        b.meta["phase_s"] = self.res.phase_s if self.res else None  # the parent's clock
+        b.isolation = self.slot.process.isolation
+        return b
+
+
+# What the final meta adds to a published bundle's (the worker's timing step and after).
+_FINAL_KEYS = ("timing", "peak", "steps_s")
+PUBLISHED = "published.json"  # reference_worker.PUBLISHED
+
+
+def _collect(work: Path, meta: dict[str, Any], problem: tuple[dict[str, Tol], str | None, dict],
+             base: Path, options: VerifyOptions) -> ReferenceBundle:
+    tols, family, meta_lit = problem
     _require_discriminating(meta)
     cap = options.fsize_mb << 20
     refs, hi_refs, inputs = [], [], []
@@ -217,15 +347,13 @@ def _collect(work: Path, job: dict, res: sandbox.RunResult, tols: dict[str, Tol]
             if str(o.dtype).replace("torch.", "") not in tols and o.is_floating_point():
                 raise ProblemError(f"no tolerance for output dtype {o.dtype}")
     inputs_dir = W.new_dir(base, "inputs")
-    for f in (work / "inputs").iterdir():
-        shutil.move(str(f), inputs_dir / f.name)
+    for f in (work / "inputs").iterdir():  # linked: the worker may still read init_*.pt
+        W.link_or_copy(f, inputs_dir / f.name)
     W.make_readable(inputs_dir)
     m = meta.get("meta") if isinstance(meta.get("meta"), dict) else meta_lit
-    meta["warm_start"] = res.warm_start  # the parent's own observation, not the worker's
-    meta["phase_s"] = res.phase_s  # the parent's clock: lock waits, the exclusive timing hold
     return ReferenceBundle(key="", inputs_dir=inputs_dir, meta=meta, refs=refs,
                            hi_refs=hi_refs, inputs=inputs,
-                           tolerances=tols, isolation=res.isolation, family=family,
+                           tolerances=tols, isolation="", family=family,
                            op=m.get("op") if isinstance(m, dict) else None)
 
 

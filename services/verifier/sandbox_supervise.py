@@ -29,6 +29,11 @@ if TYPE_CHECKING:  # sandbox imports this module at run time
 
 SHARED, READY, DONE, WARM = "KZ-SHARED", "KZ-READY", "KZ-DONE", "KZ-WARM"
 YIELD = "KZ-YIELD"  # between steps of a shared phase: the lock may go to a timed phase
+# IDLE ends a shared phase before the timed one is asked for: the child works without the
+# lock meanwhile (the reference worker writes its files), then says READY or DONE. It can
+# only cost the child its place: every sandbox is paused while another one is timed.
+IDLE = "KZ-IDLE"
+PUBLISH = "KZ-PUBLISH"  # the reference worker's trial files are complete (reference.py)
 UID_BASE = 61000
 UID_RANGE = 1024  # host-wide: every verifier process on the host shares it
 
@@ -120,6 +125,10 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
     if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
         if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, lap):
             return False
+        if ctrl.idle.is_set() and not ctrl.ready.is_set():
+            if not wait(proc, ctrl.ready, limits.wall_s):
+                return False
+            lap("idle")  # lock-free work between the phases
     if ctrl.ready.is_set() and proc.poll() is None:
         with gates.exclusive(), others_paused(_others(uid)) as paused:
             lap("exclusive_wait")
@@ -218,24 +227,26 @@ class Control(threading.Thread):
         self.fd = fd
         self.shared, self.ready, self.done = threading.Event(), threading.Event(), threading.Event()
         self.any_request, self.warm = threading.Event(), threading.Event()
-        # YIELD is re-armed by the parent after each one; `step`: READY, YIELD or DONE
-        # arrived (DONE in a shared phase: no timed phase follows, the lock is let go)
+        # YIELD is re-armed by the parent after each one; `step`: READY, YIELD, IDLE or
+        # DONE arrived (DONE in a shared phase: no timed phase follows, the lock is let go)
         self.yielded, self.step = threading.Event(), threading.Event()
+        self.idle, self.published = threading.Event(), threading.Event()
 
     def run(self) -> None:
-        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded}
+        flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
+                 IDLE: self.idle}
         warm = self.warm
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
                 word = line.strip().decode("ascii", "replace")
-                if word == WARM:
-                    warm.set()
+                if word in (WARM, PUBLISH):
+                    (warm if word == WARM else self.published).set()
                     continue
                 flag = flags.get(word)
                 if flag is not None:
                     flag.set()
                     self.any_request.set()
-                    if word in (READY, YIELD, DONE):
+                    if word in (READY, YIELD, DONE, IDLE):
                         self.step.set()
 
 

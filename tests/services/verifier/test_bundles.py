@@ -12,6 +12,7 @@ import pytest
 
 from services.verifier import core
 from services.verifier.core import Session, _Progress, _prefetch
+from services.verifier.exceptions import ProblemError
 from services.verifier.reference import ReferenceBundle
 from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS
 
@@ -55,22 +56,27 @@ def test_announced_bundles_survive_eviction_until_done(session: Any) -> None:
 
 def test_prefetch_builds_ahead_but_not_beyond_the_window(session: Any) -> None:
     ok = (SOLUTIONS / "add_ok.py").read_text()
-    bad = "import os\n"  # fails the static check: its problem needs no bundle
-    items = [("P0", ok), ("P1", bad), ("P2", ok), ("P3", ok)]
+    bad = "import os\n"  # fails the static check: no bundle, and no place in the window
+    items = [("P0", ok), ("P1", bad), ("P2", ok), ("P3", ok), ("P4", ok)]
     session.expect(p for p, _ in items)
     progress = _Progress()
     t = threading.Thread(target=_prefetch, args=(session, items, progress, 2))
     t.start()
-    progress.started(0)  # the window reaches item 2
+    progress.started(0)  # the window: two sandboxed items past item 0 (P2, P3)
     deadline = threading.Event()
     for _ in range(200):
-        if session.built == ["P0", "P2"]:
+        if session.built == ["P0", "P2", "P3"]:
             break
         deadline.wait(0.01)
-    assert session.built == ["P0", "P2"]  # P1 skipped, P3 (item 3 > 0 + 2) not yet
+    assert session.built == ["P0", "P2", "P3"]  # P1 skipped, P4 waits for item 2
+    progress.started(2)
+    for _ in range(200):
+        if len(session.built) == 4:
+            break
+        deadline.wait(0.01)
     progress.stop()
     t.join(5)
-    assert not t.is_alive() and session.built == ["P0", "P2"]
+    assert not t.is_alive() and session.built == ["P0", "P2", "P3", "P4"]
 
 
 def test_builders_sharing_a_plan_build_at_once_and_each_problem_once(
@@ -88,7 +94,7 @@ def test_builders_sharing_a_plan_build_at_once_and_each_problem_once(
 
     monkeypatch.setattr(Session, "_build", build)
     session.expect(p for p, _ in items)
-    progress, plan = _Progress(), core._Plan(items, session.options)
+    progress, plan = _Progress(), core._Plan(items, session.options, 2)
     progress.started(len(items))  # every item is inside the window at once
     threads = [threading.Thread(target=_prefetch, args=(session, items, progress, 2, plan))
                for _ in range(3)]
@@ -149,3 +155,79 @@ def test_a_model_that_writes_its_inputs_leaves_the_drawn_ones_to_the_candidate()
     finally:
         session.close()
     assert report.passed, report.reasons
+
+
+@pytest.fixture
+def build_early() -> Any:
+    """reference.build(early=True) of the add problem on the CPU, under a GPU lock; the
+    work dirs are kept (keep_artifacts) and removed after the test."""
+    import shutil
+
+    from services.verifier import reference, sandbox
+    from services.verifier import workspace as W
+    from services.verifier.gpu_lock import GpuLock
+    from tests.services.verifier.conftest import problem_src
+
+    o = replace(CPU_OPTIONS, keep_artifacts=True)
+    base = W.make_base(o.tmp_dir)  # not tmp_path: the sandbox uid cannot traverse it
+    settled: list[ReferenceBundle] = []
+
+    def build(timing: bool) -> ReferenceBundle:
+        return reference.build(problem_src("add"), o, base,
+                               sandbox.choose_mode(o.isolation, o.device), timing=timing,
+                               measure_peak=False, gates=GpuLock(o.cache, 0.0), early=True,
+                               on_settled=settled.append)
+
+    build.settled, build.base = settled, base  # type: ignore[attr-defined]
+    yield build
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_bundle_comes_from_the_published_trials_and_settles_when_its_worker_ends(
+        build_early: Any) -> None:
+    """The worker publishes its trials (under a GPU lock it says IDLE first and writes its
+    files without holding it) and only then does its last step; the bundle settles once
+    the worker is done."""
+    b = build_early(timing=False)
+    b.settle(120)
+    assert build_early.settled == [b]
+    assert len(list(build_early.base.rglob("published.json"))) == 1
+    assert b.refs and b.inputs and sorted(p.name for p in b.inputs_dir.iterdir())
+    assert b.meta["steps_s"]["save"] >= 0 and "idle" in b.meta["phase_s"]
+
+
+def test_a_problem_that_fails_after_publishing_fails_every_verdict_on_it(
+        build_early: Any) -> None:
+    """Timing the baselines (here: on a CPU, so it fails) comes after the bundle was handed
+    out; its failure still makes the problem unusable, for every verdict that waits."""
+    b = build_early(timing=True)
+    assert b.refs  # handed out: the trials were fine
+    with pytest.raises(ProblemError, match="problem failed to run"):
+        b.settle(120)
+    with pytest.raises(ProblemError):  # and again, for the next verdict
+        b.settle(0)
+    assert build_early.settled == []
+
+
+def test_a_verdict_waits_for_its_bundle_to_settle(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate that passed on a bundle whose worker then failed is rejected, with the
+    problem as the reason (misuse), as if the bundle had never been built."""
+    from services.verifier import reference
+    from tests.services.verifier.conftest import problem_src
+
+    real = reference.build
+
+    def failing_later(*args: Any, **kw: Any) -> ReferenceBundle:
+        b = real(*args, **kw)
+        b.pending()  # as if its worker were still timing the baselines
+        threading.Timer(0.5, b.complete, args=(ProblemError("baselines failed"),)).start()
+        return b
+
+    monkeypatch.setattr(reference, "build", failing_later)
+    s = Session(replace(CPU_OPTIONS, warm_slots=0))
+    try:
+        r = s.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    finally:
+        s.close()
+    assert not r.passed and r.stage == "problem" and "baselines failed" in r.reasons[0]
