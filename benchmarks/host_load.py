@@ -27,6 +27,11 @@ class HostLoad:
         self.period_s = period_s
         self.cpu: list[float] = []  # busy fraction of all cores per sample interval
         self.gpu: list[float] = []  # nvidia-smi utilization.gpu per sample, 0..1
+        # this (the verifier's parent) process: cores used per sample (all its threads), and
+        # how late a 5 ms sleep wakes up: one thread holding the GIL shows as lateness
+        self.parent: list[float] = []
+        self.gil_late_ms: list[float] = []
+        self._probe = threading.Thread(target=self._gil_probe, name="kz-gil-probe", daemon=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kz-host-load", daemon=True)
         self._t0 = self._t1 = 0.0
@@ -35,26 +40,38 @@ class HostLoad:
     def __enter__(self) -> HostLoad:
         self._t0 = time.monotonic()
         self._thread.start()
+        self._probe.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._probe.join()
         self._t1 = time.monotonic()
 
     def _run(self) -> None:
         smi = shutil.which("nvidia-smi")
         last = cpu_times()
         first = last
+        own, at = time.process_time(), time.monotonic()
         while not self._stop.wait(self.period_s):
             now = cpu_times()
             if now and last and now[1] > last[1]:
                 self.cpu.append((now[0] - last[0]) / (now[1] - last[1]))
             last = now
+            own2, at2 = time.process_time(), time.monotonic()
+            self.parent.append((own2 - own) / max(at2 - at, 1e-6))
+            own, at = own2, at2
             if smi:
                 self._sample_gpu(smi)
         if first and last:
             self._busy_jiffies = last[0] - first[0]
+
+    def _gil_probe(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.005)
+            self.gil_late_ms.append((time.perf_counter() - t - 0.005) * 1e3)
 
     def _sample_gpu(self, smi: str) -> None:
         try:
@@ -75,7 +92,16 @@ class HostLoad:
         if self.cpu:
             out.update(cpu_busy_mean=round(statistics.fmean(self.cpu), 3),
                        cpu_busy_p90=round(sorted(self.cpu)[int(0.9 * (len(self.cpu) - 1))], 3),
-                       cpu_saturated_frac=round(sum(c >= 0.95 for c in self.cpu) / len(self.cpu), 3))
+                       cpu_saturated_frac=round(sum(c >= 0.95 for c in self.cpu)
+                                                / len(self.cpu), 3))
         if self.gpu:
             out.update(gpu_util_mean=round(statistics.fmean(self.gpu), 3))
+        if self.parent:
+            ps = sorted(self.parent)
+            out.update(parent_cores_mean=round(statistics.fmean(ps), 3),
+                       parent_cores_p90=round(ps[int(0.9 * (len(ps) - 1))], 3))
+        if self.gil_late_ms:
+            late = sorted(self.gil_late_ms)
+            out.update(gil_late_ms_mean=round(statistics.fmean(late), 3),
+                       gil_late_ms_p90=round(late[int(0.9 * (len(late) - 1))], 3))
         return out

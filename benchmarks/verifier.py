@@ -451,6 +451,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "holdout": " ".join(f"{k}={t:.3g}" for k, t in (v.get("holdout") or {}).items()),
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
+            "parent": " ".join(f"{k}={(v.get('host') or {}).get(k)}" for k in (
+                "parent_cores_mean", "parent_cores_p90", "gil_late_ms_mean", "gil_late_ms_p90")),
             "cpu_s_per_cand": v.get("cpu_s_per_candidate"),
             "sandbox_cpu": " ".join(f"{k}={t:.2f}"
                                     for k, t in (v.get("median_harness_cpu_s") or {}).items()),
@@ -464,7 +466,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_batches",
              "first_done_s",
              "median_cand_s", "warm_starts", "exclusive", "lock", "holdout",
-             "cpu_busy", "gpu_util", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
+             "cpu_busy", "gpu_util", "parent", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]
 
@@ -494,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="the batch this many times over, each copy a new problem and new "
                          "sources (fresh bundles, cold compiles): a longer run at the same mix")
+    ap.add_argument("--batches", type=int, default=1, metavar="N",
+                    help="the default pass the verifier service's way: one session across N "
+                         "batches, each a new copy; the last one reported")
     ap.add_argument("--prime", type=int, default=0, metavar="N",
                     help="first an unreported pass over N candidates (own cache): the passes "
                          "compared then all find the host's page cache and GPU warm")
@@ -525,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
-               "holdouts": 2, "epoch": -1, "batches": 1}
+               "holdouts": 2, "epoch": -1, "batches": args.batches}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
