@@ -26,26 +26,13 @@ _CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 # Trusted start-up first, so the parent can start this process before it has a
 # candidate: the job (and with it the solution file) arrives only after KZ-WARM.
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_timing
-from kz_checks import flatten, output_problems, unchanged  # noqa: E402 - before the candidate
-from kz_records import write as _write_record  # noqa: E402 - binds torch.from_file now
-
-
-class _NoDynamoMode(TorchDispatchMode):
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo,
-        # whose first call imports torch._dynamo: as much CPU as importing torch itself
-        # (benchmarks/import_probe.py), in every sandbox. Nothing here runs under Dynamo:
-        # the static policy rejects torch.compile.
-        return False
-
-
-class _PassThrough(_NoDynamoMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        return func(*args, **(kwargs or {}))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_timing, ...
+# Before the candidate: these modules bind the real torch functions at import.
+from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
+from kz_records import write as _write_record  # noqa: E402
+from kz_trace import (WRAPPED, PassThrough, State, Tracer, configure,  # noqa: E402
+                      install_launch_counter, poison_allocator)
 
 
 def _prewarm() -> None:
@@ -55,7 +42,7 @@ def _prewarm() -> None:
     mode entry (torch 2.11 imported torch._dynamo there: 6 s inside the first correctness
     call of every candidate on the H200, before the modes opted out) happens here."""
     try:
-        with torch.no_grad(), _PassThrough():
+        with torch.no_grad(), PassThrough():
             torch.zeros(4).add_(1)
         import triton
         import triton.language  # noqa: F401
@@ -75,9 +62,7 @@ JOB = json.loads(sys.stdin.readline())  # before anything the candidate could to
 _load, _save, _equal = torch.load, torch.save, torch.equal
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
-_ALLOWED = frozenset(JOB["allowed_aten"])
-_POISONED = frozenset(JOB["poisoned_aten"])
-_INT_POISON = int(JOB["int_poison"])
+configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])
 DEVICE = JOB["device"]
 REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": []}
 _T0 = [time.monotonic()]
@@ -90,82 +75,6 @@ def _mark(step: str, since: list[float] = _T0) -> None:
     steps = REPORT.setdefault("steps_s", {})
     steps[step] = round(steps.get(step, 0.0) + now - since[0], 4)
     since[0] = now
-
-
-class _State:
-    suspended = 0
-    launches = 0
-    side_stream = 0
-    violations: list[str] = []
-
-
-if DEVICE == "cuda":
-    _current_stream, _default_stream = torch.cuda.current_stream, torch.cuda.default_stream
-
-
-def _on_side_stream() -> bool:
-    """Triton launches on torch's current stream; ours is always the default one."""
-    return DEVICE == "cuda" and _current_stream().cuda_stream != _default_stream().cuda_stream
-
-
-def _poison(t: object) -> None:
-    if type(t) is not torch.Tensor or t.numel() == 0:
-        return
-    if t.is_floating_point() or t.is_complex():
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
-        t.fill_(True)
-    else:
-        info = torch.iinfo(t.dtype)
-        t.fill_(max(info.min, min(info.max, _INT_POISON)) if info.min < 0 else 0xA5)
-
-
-class Tracer(_NoDynamoMode):
-    """Records aten ops run inside forward (outside Triton launches); poisons fresh allocations."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        if _State.suspended:
-            return func(*args, **kwargs)
-        name = func.overloadpacket.__name__
-        if name not in _ALLOWED:
-            _State.violations.append(str(func))
-        out = func(*args, **kwargs)
-        if name in _POISONED:
-            _poison(out)
-        return out
-
-
-def _wrap_launch(cls: Any) -> None:  # a Triton launcher class
-    real = cls.run
-
-    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if not kwargs.get("warmup", False):
-            _State.launches += 1
-            _State.side_stream += _on_side_stream()
-        _State.suspended += 1  # the CPU interpreter itself runs torch ops
-        try:
-            return real(self, *args, **kwargs)
-        finally:
-            _State.suspended -= 1
-
-    cls.run = run
-    REPORT.setdefault("_wrapped", []).append(f"{cls.__module__}.{cls.__name__}")
-    _WRAPPED.append((cls, run))
-
-
-_WRAPPED: list[tuple[Any, object]] = []  # (launcher class, our run wrapper)
-
-
-def _install_launch_counter() -> None:
-    from triton.runtime import jit as _jit
-
-    _wrap_launch(_jit.JITFunction)
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:
-        return
-    _wrap_launch(InterpretedFunction)
 
 
 def _import_solution() -> object:
@@ -188,10 +97,10 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     _mark("call_inputs", t)
     if DEVICE == "cuda":
-        _poison_cuda()
+        poison_allocator()
     _mark("call_poison", t)
     threads0 = _threads()
-    _State.launches, _State.violations, _State.side_stream = 0, [], 0
+    State.reset()
     rec: dict = {"index": index, "errors": []}
     tracer = Tracer()
     try:
@@ -203,9 +112,9 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
         rec["errors"].append(["runtime", f"forward raised {type(exc).__name__}: {str(exc)[:300]}"])
         out = None
     _mark("call_forward", t)
-    rec["launches"], rec["aten_violations"] = _State.launches, sorted(set(_State.violations))[:20]
-    if _State.side_stream:
-        rec["errors"].append(["runtime", f"{_State.side_stream} Triton launches on a non-default "
+    rec["launches"], rec["aten_violations"] = State.launches, sorted(set(State.violations))[:20]
+    if State.side_stream:
+        rec["errors"].append(["runtime", f"{State.side_stream} Triton launches on a non-default "
                                          "stream (side stream escapes the timer)"])
     if _threads() != threads0:
         rec["errors"].append(["runtime", "forward started threads (thread compute outside the "
@@ -230,12 +139,6 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
     _mark("call_checks", t)
 
 
-def _poison_cuda() -> None:
-    from kz_timing import poison_allocator
-
-    poison_allocator()
-
-
 def _build_model(mod: object, shape: dict) -> torch.nn.Module:
     init = _load(os.path.join(JOB["inputs"], shape["init_file"]), weights_only=True)
     torch.manual_seed(shape["init_seed"])
@@ -250,7 +153,7 @@ def _build_model(mod: object, shape: dict) -> torch.nn.Module:
 
 def _integrity() -> list[str]:
     problems = []
-    for cls, wrapper in _WRAPPED:
+    for cls, wrapper in WRAPPED:
         if cls.run is not wrapper:
             problems.append(f"{cls.__name__}.run was replaced (launch counter tampering)")
     if torch.load is not _load or torch.save is not _save or torch.equal is not _equal:
@@ -270,20 +173,20 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     sets = [[_to_device(x) for x in (loaded.get(f) or _load(os.path.join(JOB["inputs"], f),
                                                             weights_only=True))]
             for f in spec["files"] + spec.get("holdout_files", [])]
-    args, loads = TIMER.rotating(sets)  # one set of input objects, each set's contents in turn
+    args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
     _mark("timing_inputs")
     if not _gate("KZ-READY"):  # the parent takes the exclusive GPU lock, then says go
         return
     _mark("exclusive_wait")
-    _State.launches, _State.side_stream = 0, 0
+    State.launches, State.side_stream = 0, 0
     with torch.no_grad():
         stats = TIMER.time(fns[:n], warmup=spec["warmup"], runs=spec["runs"],
                            prepare=loads[:n] if loads else None)
         held_ms, held = TIMER.once(fns[n:], loads[n:] if loads else None) if fns[n:] \
             else ([], [])
-    launches, side_stream = _State.launches, _State.side_stream
+    launches, side_stream = State.launches, State.side_stream
     echo = _echo(fns[:n], loads)  # still under the exclusive lock: it runs kernels
     _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
     _mark("timed")
@@ -312,7 +215,7 @@ def _echo(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
     switches to library compute then (the runtime layer behind the static rules) shows it
     here, as in the correctness calls."""
     errors: list[list[str]] = []
-    _State.violations = []
+    State.violations = []
     for k, fn in enumerate(fns):
         if loads is not None:
             loads[k]()
@@ -324,7 +227,7 @@ def _echo(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
             errors.append(["timing", f"forward raised {_brief(exc)} when called again on the "
                                      "timed runs' inputs"])
             break
-    ops = sorted(set(_State.violations))[:8]
+    ops = sorted(set(State.violations))[:8]
     if ops:
         errors.append(["runtime", "forward ran library compute at dispatch level when called "
                                   f"again on the same inputs (the timed runs): {', '.join(ops)}"])
@@ -336,7 +239,6 @@ def _brief(exc: BaseException) -> str:
 
 
 def _write_report() -> None:
-    REPORT.pop("_wrapped", None)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # gcc builds of Triton launchers
     REPORT["cpu_s"] = {"warm": _CPU_WARM, "total": round(time.process_time() + kids.ru_utime
                                                          + kids.ru_stime, 3)}
@@ -407,7 +309,7 @@ def main() -> None:
         spec = JOB.get("timing")
         TIMER = Timer(spec["flush_bytes"], spec.get("adaptive_shadow", True)) if spec \
             else Timer(1 << 20)
-    _install_launch_counter()
+    install_launch_counter()
     _mark("setup")
     try:
         mod = _import_solution()

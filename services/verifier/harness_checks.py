@@ -1,4 +1,5 @@
-"""Output and input checks of the sandboxed harness (copied next to it as kz_checks.py).
+"""Output and input checks of the sandboxed harness (copied next to it as kz_checks.py),
+and the timed runs' rotating inputs.
 
 Standalone (torch only) and imported by the harness before the solution, so the torch
 functions it uses are the real ones. Nothing here decides a pass: the parent repeats
@@ -7,11 +8,13 @@ these checks on the tensors it reads back (services/verifier/candidate.py).
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 
 _equal = torch.equal
+_empty_like, _copy_ = torch.empty_like, torch.Tensor.copy_
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -52,3 +55,43 @@ def output_problems(outs: list[object], inputs: list[object], params: list[objec
                     what = f"input {j}" if j < len(inputs) else "a model parameter"
                     bad.append(f"output {i} aliases {what} (shared storage)")
     return bad
+
+
+def rotating(sets: Sequence[Sequence[Any]], empty_like: Callable[..., Any] = _empty_like,
+             copy_: Callable[..., Any] = _copy_,
+             ) -> tuple[list[list[Any]], list[Callable[[], Any]] | None]:
+    """One set of input tensors for every timed run, whose CONTENTS become set k's before
+    each run of set k (`prepare[k]` of Timer.time, outside the measured interval). A model
+    that memoises outputs by input identity (the same objects every run) then returns a
+    stale output, and the last output of each set is checked; with one object per set it
+    could return each set's first result and time a do-nothing kernel. Returns per-set
+    argument lists (the shared tensors start with set 0's contents) and the prepare
+    callables; the sets themselves and no prepare where the sets differ in layout. The
+    torch functions default to the ones captured at import, before the candidate's."""
+    first = sets[0]
+    if any(len(s) != len(first) or any(_layout(a) != _layout(b) for a, b in zip(s, first))
+           for s in sets):
+        return [list(s) for s in sets], None
+    shared = [empty_like(x) if isinstance(x, torch.Tensor) else x for x in first]
+    if any(_layout(a) != _layout(b) for a, b in zip(shared, first)):
+        return [list(s) for s in sets], None  # e.g. a strided view: empty_like is contiguous
+
+    def prepare(s: Sequence[Any]) -> Callable[[], Any]:
+        def load() -> None:
+            for dst, src in zip(shared, s):
+                if isinstance(src, torch.Tensor):
+                    copy_(dst, src)
+        return load
+
+    loads = [prepare(s) for s in sets]
+    loads[0]()
+    args = [[shared[j] if isinstance(x, torch.Tensor) else x for j, x in enumerate(s)]
+            for s in sets]
+    return args, loads
+
+
+def _layout(x: Any) -> Any:
+    """What must match for one tensor to stand for another (non-tensors: their value)."""
+    if isinstance(x, torch.Tensor):
+        return (type(x), x.dtype, x.device, tuple(x.shape), x.stride())
+    return ("value", repr(x))

@@ -241,7 +241,8 @@ class Process:
     def __init__(self, mode: str, view: M.View, argv: list[str], env: dict[str, str],
                  limits: Limits, base: Path) -> None:
         self.view, self.limits = view, limits
-        self.uid = S.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits" else os.getuid()
+        self.uid = (S.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits"
+                    else os.getuid())
         self.cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
                                  limits.memory_bytes) if os.geteuid() == 0 else None
         self.isolation = mode + ("+cgroup" if self.cg else "")

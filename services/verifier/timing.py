@@ -108,8 +108,6 @@ class Timer:
         self.elapsed = torch.cuda.Event.elapsed_time
         self.sync = torch.cuda.synchronize
         self.zero_ = torch.Tensor.zero_
-        self.copy_ = torch.Tensor.copy_
-        self.empty_like = torch.empty_like
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self.adaptive = adaptive  # False: one flush pass, whatever the host (the old timer)
         self.passes = 1  # the shadow: whole flush passes, then a slice of the buffer
@@ -119,17 +117,6 @@ class Timer:
         self._run_ms: float | None = None  # device time of one run of the timed fns (probe)
         self.last_loop = _Shadow([], [])
         self.once_margin_ms: float | None = None  # last once(): shadow less host, tightest run
-
-    def rotating(self, sets: Sequence[Sequence[Any]]) -> tuple[list[list[Any]],
-                                                              list[Callable[[], Any]] | None]:
-        """One set of input tensors for every timed run, whose CONTENTS become set k's
-        before each run of set k (`prepare[k]`, outside the measured interval). A model
-        that memoises outputs by input identity (the same objects every run) then returns
-        a stale output, and the last output of each set is checked; with one object per
-        set it could return each set's first result and time a do-nothing kernel. Returns
-        per-set argument lists and the prepare callables; the sets themselves and no
-        prepare where the sets differ in layout."""
-        return rotating(sets, self.empty_like, self.copy_)
 
     def _events(self, n: int) -> list[Any]:
         return [self.Event(enable_timing=True) for _ in range(n)]
@@ -272,7 +259,8 @@ class Timer:
         more than LATE_OK of its runs outlasted by the host (the next shadow is then fitted
         to them); interference only ever adds time, so the cleanest attempt is the truest one. An
         attempt that saw side-stream work ends the search: it is reported as it is.
-        `prepare[k]`, if given, runs before each synced run of `fns[k]` (see rotating)."""
+        `prepare[k]`, if given, runs before each synced run of `fns[k]` (the harness's
+        rotating inputs: kz_checks.rotating)."""
         best: dict[str, Any] | None = None
         medians: list[float] = []
         retried: list[str] = []  # why each attempt but the last was not good enough
@@ -400,40 +388,6 @@ def _noop() -> None:
     return None
 
 
-def rotating(sets: Sequence[Sequence[Any]], empty_like: Callable[..., Any] = torch.empty_like,
-             copy_: Callable[..., Any] = torch.Tensor.copy_,
-             ) -> tuple[list[list[Any]], list[Callable[[], Any]] | None]:
-    """Timer.rotating with the primitives given (the Timer passes the ones it captured
-    before any untrusted code ran). The shared tensors start with set 0's contents."""
-    first = sets[0]
-    if any(len(s) != len(first) or any(_layout(a) != _layout(b) for a, b in zip(s, first))
-           for s in sets):
-        return [list(s) for s in sets], None
-    shared = [empty_like(x) if isinstance(x, torch.Tensor) else x for x in first]
-    if any(_layout(a) != _layout(b) for a, b in zip(shared, first)):
-        return [list(s) for s in sets], None  # e.g. a strided view: empty_like is contiguous
-
-    def prepare(s: Sequence[Any]) -> Callable[[], Any]:
-        def load() -> None:
-            for dst, src in zip(shared, s):
-                if isinstance(src, torch.Tensor):
-                    copy_(dst, src)
-        return load
-
-    loads = [prepare(s) for s in sets]
-    loads[0]()
-    args = [[shared[j] if isinstance(x, torch.Tensor) else x for j, x in enumerate(s)]
-            for s in sets]
-    return args, loads
-
-
-def _layout(x: Any) -> Any:
-    """What must match for one tensor to stand for another (non-tensors: their value)."""
-    if isinstance(x, torch.Tensor):
-        return (type(x), x.dtype, x.device, tuple(x.shape), x.stride())
-    return ("value", repr(x))
-
-
 def _spread_key(st: dict[str, Any]) -> tuple[bool, float]:
     """Cleaner first: the host within the shadow, then the smaller within-run spread."""
     late = st.get("host_late", 0.0) > LATE_OK
@@ -450,11 +404,3 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 
 def _median(xs: Sequence[float]) -> float:
     return _quantile(xs, 0.5)
-
-
-def poison_allocator(nbytes: int = 256 << 20) -> None:
-    """Fill the CUDA caching allocator's free blocks with NaN so stale memory never matches."""
-    big = torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device="cuda")
-    small = [torch.full((1 << 15,), float("nan"), device="cuda") for _ in range(64)]
-    del big, small  # freed blocks stay cached, still holding NaN
-    torch.cuda.synchronize()

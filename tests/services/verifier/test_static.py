@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from services.verifier.pool import HARNESS_FILES
 from services.verifier.static_check import check_solution
 
 HEADER = """
@@ -213,3 +214,14 @@ def test_runtime_only_policy_defers_library_compute_but_keeps_safety_rules() -> 
         assert not check_solution(forward(code), policy="runtime_only").ok, code
     with pytest.raises(ValueError):
         check_solution(lib, policy="anything_goes")
+
+
+@pytest.mark.parametrize("name", sorted(n.removesuffix(".py") for n in HARNESS_FILES))
+def test_every_module_of_the_harness_is_out_of_a_candidates_reach(name: str) -> None:
+    """The harness's own modules sit next to the solution in the sandbox: importing one
+    (to read its captured functions or state) is rejected like reaching into the harness."""
+    from services.verifier.policy import REFERENCE_NAMES
+
+    assert name in REFERENCE_NAMES
+    r = check_solution(solution(f"import {name}\nclass ModelNew(nn.Module):\n    pass\n"))
+    assert not r.ok and any(name in reason for reason in r.reasons), r.reasons

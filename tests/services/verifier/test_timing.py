@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.verifier import timing
+from services.verifier import harness_checks, timing
 from services.verifier.timing import STABLE_SPREAD, Timer
 
 
@@ -303,7 +303,7 @@ def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
     import torch
 
     sets = [[torch.full((4, 3), float(k)), 7, torch.arange(3) + k] for k in range(3)]
-    args, loads = timing.rotating(sets)
+    args, loads = harness_checks.rotating(sets)
     assert loads is not None and all(a[1] == 7 for a in args)
     assert all(a[0] is args[0][0] and a[2] is args[0][2] for a in args)  # one object per slot
     assert args[0][0] is not sets[0][0] and bool((args[0][0] == 0).all())  # starts as set 0
@@ -311,11 +311,11 @@ def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
         loads[k]()
         assert torch.equal(args[k][0], sets[k][0]) and torch.equal(args[k][2], sets[k][2])
     odd = [[torch.zeros(4)], [torch.zeros(5)]]  # the sets differ in layout: no rotation
-    assert timing.rotating(odd) == ([odd[0], odd[1]], None)
+    assert harness_checks.rotating(odd) == ([odd[0], odd[1]], None)
     views = [[torch.zeros(4, 6)[:, ::2]] for _ in range(2)]  # no buffer of the same strides
-    assert timing.rotating(views) == ([views[0], views[1]], None)
+    assert harness_checks.rotating(views) == ([views[0], views[1]], None)
     t = [[torch.zeros(4, 6).t()] for _ in range(2)]  # transposed: empty_like keeps its strides
-    assert timing.rotating(t)[1] is not None
+    assert harness_checks.rotating(t)[1] is not None
 
 
 def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> None:
@@ -330,7 +330,7 @@ def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> No
         return memo.setdefault(id(x), x * 2)
 
     sets = [[torch.full((3,), float(k))] for k in range(3)]
-    args, loads = timing.rotating(sets)
+    args, loads = harness_checks.rotating(sets)
     fns = [lambda a=a: model(*a) for a in args]
     st = _fake_timer(_FakeDevice(kernel=0.02, host=0.03)).time(fns, 3, 10, prepare=loads)
     assert [float(o[0]) for o in st["last_outputs"]] == [0.0, 0.0, 0.0]  # want 0, 2, 4
@@ -360,7 +360,7 @@ def test_a_cache_by_input_contents_is_fast_on_seen_inputs_only() -> None:
     sets = [[torch.full((3,), float(k))] for k in range(5)]  # 3 timed sets, 2 holdouts
     for s in sets[:3]:
         model(*s)  # the correctness calls
-    args, loads = timing.rotating(sets)
+    args, loads = harness_checks.rotating(sets)
     assert loads is not None
     fns = [lambda a=a: model(*a) for a in args]
     t = _fake_timer(dev)

@@ -1,0 +1,131 @@
+"""Runtime instrumentation of the sandboxed harness (copied next to it as kz_trace.py):
+the Triton launch counter, the aten tracer (which also poisons fresh allocations) and
+the CUDA allocator's poisoning.
+
+Standalone (torch and triton only) and imported by the harness before the solution, so
+every function captured here is the real one. `configure` gives it the job's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class NoDynamoMode(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo,
+        # whose first call imports torch._dynamo: as much CPU as importing torch itself
+        # (benchmarks/import_probe.py), in every sandbox. Nothing here runs under Dynamo:
+        # the static policy rejects torch.compile.
+        return False
+
+
+class PassThrough(NoDynamoMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return func(*args, **(kwargs or {}))
+
+
+class State:
+    """What the current call did: Triton launches (on a side stream), aten ops outside
+    the allowed set. `suspended` > 0 inside a launch (the CPU interpreter runs torch ops)."""
+
+    suspended = 0
+    launches = 0
+    side_stream = 0
+    violations: list[str] = []
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.launches, cls.side_stream, cls.violations = 0, 0, []
+
+
+class _Rules:
+    allowed: frozenset[str] = frozenset()
+    poisoned: frozenset[str] = frozenset()
+    int_poison = 0
+    cuda = False
+
+
+def configure(allowed: list[str], poisoned: list[str], int_poison: int, device: str) -> None:
+    _Rules.allowed, _Rules.poisoned = frozenset(allowed), frozenset(poisoned)
+    _Rules.int_poison, _Rules.cuda = int(int_poison), device == "cuda"
+
+
+if torch.cuda.is_available():
+    _current_stream, _default_stream = torch.cuda.current_stream, torch.cuda.default_stream
+
+
+def _on_side_stream() -> bool:
+    """Triton launches on torch's current stream; ours is always the default one."""
+    return _Rules.cuda and _current_stream().cuda_stream != _default_stream().cuda_stream
+
+
+def _poison(t: object) -> None:
+    if type(t) is not torch.Tensor or t.numel() == 0:
+        return
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        info = torch.iinfo(t.dtype)
+        t.fill_(max(info.min, min(info.max, _Rules.int_poison)) if info.min < 0 else 0xA5)
+
+
+class Tracer(NoDynamoMode):
+    """Records aten ops run inside forward (outside Triton launches); poisons fresh allocations."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if State.suspended:
+            return func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name not in _Rules.allowed:
+            State.violations.append(str(func))
+        out = func(*args, **kwargs)
+        if name in _Rules.poisoned:
+            _poison(out)
+        return out
+
+
+WRAPPED: list[tuple[Any, object]] = []  # (launcher class, our run wrapper): integrity check
+
+
+def _wrap_launch(cls: Any) -> None:  # a Triton launcher class
+    real = cls.run
+
+    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not kwargs.get("warmup", False):
+            State.launches += 1
+            State.side_stream += _on_side_stream()
+        State.suspended += 1  # the CPU interpreter itself runs torch ops
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            State.suspended -= 1
+
+    cls.run = run
+    WRAPPED.append((cls, run))
+
+
+def install_launch_counter() -> None:
+    from triton.runtime import jit as _jit
+
+    _wrap_launch(_jit.JITFunction)
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return
+    _wrap_launch(InterpretedFunction)
+
+
+def poison_allocator(nbytes: int = 256 << 20) -> None:
+    """Fill the CUDA caching allocator's free blocks with NaN so stale memory never matches."""
+    big = torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device="cuda")
+    small = [torch.full((1 << 15,), float("nan"), device="cuda") for _ in range(64)]
+    del big, small  # freed blocks stay cached, still holding NaN
+    torch.cuda.synchronize()
