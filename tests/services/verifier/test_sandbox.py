@@ -363,3 +363,45 @@ def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> No
     assert res and res[0].ready_seen and not res[0].timed_out, res and res[0].describe()
     assert got[0] < 1.2, f"the timed phase waited {got[0]:.2f} s: for every trial"
     assert res[0].wall_s > 1.6  # the child's trials all ran (and the lock came back)
+
+
+IDLE_CHILD = r"""
+import os, sys, time
+ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
+sys.stdin.readline()  # the job
+def gate(word):
+    ctrl.write(word + "\n")
+    assert sys.stdin.readline().strip() == "GO"
+gate("KZ-SHARED")
+time.sleep(0.2)  # the correctness calls, under the shared lock
+ctrl.write("KZ-IDLE\n")
+time.sleep(1.5)  # reading the timed inputs (the reference worker: writing its files)
+gate("KZ-READY")
+ctrl.write("KZ-DONE\n")
+"""
+
+
+def test_an_idle_child_holds_no_lock_until_it_asks_for_its_timed_phase(base: Path) -> None:
+    """IDLE ends the shared phase early: a timed phase that asks while the child reads its
+    inputs runs at once, not after them; the child's own timed phase still comes."""
+    import threading
+
+    from services.verifier.gpu_lock import GpuLock
+
+    gates = GpuLock(str(base / "cache"))
+    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
+    lim = sandbox.Limits(wall_s=30, cpu_s=30, memory_bytes=4 << 30, nproc=64,
+                         fsize_bytes=1 << 20, timing_wall_s=10, locked_wall_s=10)
+    proc = sandbox.Process("rlimits", view, [sys.executable, "-I", "-c", IDLE_CHILD],
+                           {}, lim, base)
+    res: list[sandbox.RunResult] = []
+    child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
+    child.start()
+    time.sleep(0.8)  # the child is idle now (it said IDLE after 0.2 s)
+    t0 = time.monotonic()
+    with gates.exclusive():
+        waited = time.monotonic() - t0
+    child.join(30)
+    assert res and res[0].ready_seen and not res[0].timed_out, res and res[0].describe()
+    assert waited < 0.3, f"the timed phase waited {waited:.2f} s for an idle child"
+    assert res[0].phase_s["idle"] > 1.0 and "exclusive" in res[0].phase_s
