@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # sandbox imports this module at run time
 SHARED, READY, DONE, WARM = "KZ-SHARED", "KZ-READY", "KZ-DONE", "KZ-WARM"
 YIELD = "KZ-YIELD"  # between steps of a shared phase: the lock may go to a timed phase
 # IDLE ends a shared phase before the timed one is asked for: the child works without the
-# lock meanwhile (the reference worker writes its files), then says READY or DONE. It can
-# only cost the child its place: every sandbox is paused while another one is timed.
+# lock meanwhile (the reference worker writes its files, the harness reads its timed
+# inputs), then says READY or DONE. It can only cost the child its place: every sandbox
+# is paused while another one is timed.
 IDLE = "KZ-IDLE"
 PUBLISH = "KZ-PUBLISH"  # the reference worker's trial files are complete (reference.py)
 UID_BASE = 61000
