@@ -159,6 +159,7 @@ class RefSlot:
         self.empty = W.new_dir(base, "noinputs")
         W.populate(self.work, {"reference_worker.py": W.PKG / "reference_worker.py",
                                "kz_numerics.py": W.PKG / "numerics.py",
+                               "kz_hi.py": W.PKG / "reference_hi.py",
                                "kz_timing.py": W.PKG / "timing.py"})
         view = M.View(str(self.work), str(self.empty), str(self.cache), options.device)
         self.inside = sandbox.inside_view(mode, view)

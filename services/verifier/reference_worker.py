@@ -2,15 +2,14 @@
 
 It draws inputs from the parent's fresh seeds, computes the same-dtype reference
 outputs with Model, applies the trivial-solution gate, computes a float64
-reference where it can (see _hi_refs), times Model/ModelOpt on CUDA, and writes
+reference where it can (kz_hi), times Model/ModelOpt on CUDA, and writes
 everything to its private work dir. The parent moves the inputs
 to a read-only dir candidates see and keeps the references in its own memory.
-Standalone (torch only): kz_numerics/kz_timing are copied next to it.
+Standalone (torch only): kz_numerics, kz_hi and kz_timing are copied next to it.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import os
@@ -23,7 +22,7 @@ from typing import Any
 # Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
 _CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 _T0 = time.monotonic()
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_numerics, kz_timing
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_numerics, kz_hi, ...
 
 # Start-up before the job, so the parent can start this process before it has a problem
 # (services/verifier/reference.py keeps one warm): torch, and on a GPU host the CUDA context.
@@ -32,7 +31,8 @@ import torch  # noqa: E402
 # No zip CRC32 over the saved inputs/references (half of torch.save's CPU): the files
 # live in this bundle's private dir and the parent reads them straight back.
 getattr(torch.serialization, "set_crc32_options", lambda _: None)(False)
-from kz_numerics import Tol, accurate_reference, trivial_matches  # noqa: E402
+from kz_hi import HiReference  # noqa: E402
+from kz_numerics import Tol, trivial_matches  # noqa: E402
 
 if torch.cuda.is_available():
     torch.empty(1, device="cuda")
@@ -45,12 +45,6 @@ DEVICE = JOB["device"]
 META: dict = {"nonce": JOB["nonce"], "shapes": [], "trials": [], "errors": [],
               "non_discriminating": []}
 _SEEDS = iter(JOB["seeds"])
-# The float64 reference is an extra, never a requirement: it is skipped where its run
-# would be big (GPU memory is shared with candidates' trials) or slow (the whole worker
-# runs under reference_timeout_s).
-_HI_MAX_BYTES = 1 << 30
-_HI: dict = {"spent_s": 0.0, "budget_s": float(JOB.get("hi_budget_s", 0.0)), "peak": 0,
-             "notes": set()}
 # Trial files are written after the GPU phases, not inside them: a trial holds the shared
 # GPU lock, and every timed phase on the host waits for all shared holders (on the H200,
 # 0.94 s of a candidate's median 1.26 s wait for the exclusive lock was for them). Kept in
@@ -130,6 +124,10 @@ def _tol(t: torch.Tensor) -> Tol:
     return Tol(a, r, n)
 
 
+# Model's float64 result where it refines the same-dtype one (kz_hi: what, and its limits)
+HI = HiReference(float(JOB.get("hi_budget_s", 0.0)), DEVICE, _tol, _flatten)
+
+
 def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, list, list]:
     """A fresh draw: (seed, inputs, the same on the device, references, the same on the
     device). Scaled and run where the model runs; the host copies are for the files. (It
@@ -149,63 +147,10 @@ def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, 
     with torch.no_grad():
         refs = [r.detach() for r in _flatten(model(*run))]
     if DEVICE == "cuda":
-        _HI["peak"] = torch.cuda.max_memory_allocated() - base
+        HI.peak = torch.cuda.max_memory_allocated() - base
     del run
     # .cpu() copies from the GPU; on the CPU it is the same tensor, so clone
     return seed, host, dev, [r.cpu() if DEVICE == "cuda" else r.clone() for r in refs], refs
-
-
-def _hi_model(model: torch.nn.Module) -> torch.nn.Module | None:
-    state = sum(v.numel() * 8 for v in model.state_dict().values())
-    if state > _HI_MAX_BYTES:
-        _HI["notes"].add("skipped: float64 Model too big")
-        return None
-    try:  # a copy: the same-dtype Model stays as it is for timing and further draws
-        return copy.deepcopy(model).to(torch.float64)
-    except Exception as exc:  # noqa: BLE001 - no float64 reference for this problem, fine
-        _HI["notes"].add(f"float64 Model copy failed: {type(exc).__name__}")
-        return None
-
-
-def _hi_refs(hi: torch.nn.Module | None, inputs: list, refs: list) -> list:
-    """Per output: Model's float64 result rounded to the output dtype, or None.
-
-    Float inputs are upcast exactly; a more accurate kernel may then match this
-    reference where rounding inside the same-dtype Model throws the latter off.
-    """
-    none: list = [None] * len(refs)
-    lowp = [r for r in refs if r.is_floating_point() and r.dtype != torch.float64]
-    floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    if hi is None or not lowp or _HI["spent_s"] > _HI["budget_s"]:
-        return none
-    size = _HI["peak"] if DEVICE == "cuda" else sum(t.numel() * t.element_size()
-                                                    for t in floats + refs)
-    if size * 8 / min(t.element_size() for t in floats + lowp) > _HI_MAX_BYTES:
-        _HI["notes"].add("skipped: float64 run too big")
-        return none
-    start = time.perf_counter()
-    try:
-        return _run_hi(hi, inputs, refs)
-    except Exception as exc:  # noqa: BLE001 - e.g. an op without a float64 kernel, or OOM
-        _HI["notes"].add(f"float64 run failed: {type(exc).__name__}")
-        return none
-    finally:
-        if DEVICE == "cuda":
-            torch.cuda.empty_cache()  # the float64 blocks belong to no later phase
-        _HI["spent_s"] += time.perf_counter() - start
-
-
-def _run_hi(hi: torch.nn.Module, inputs: list, refs: list) -> list:
-    # Upcast, round and compare where the run is (the GPU on a GPU host): on the host's CPU
-    # a 64M-element output took seconds of a trial that holds the shared GPU lock.
-    up = [x.to(DEVICE).to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
-          else _dev(x) for x in inputs]
-    with torch.no_grad():
-        outs = _flatten(hi(*up))
-    if len(outs) != len(refs):
-        return [None] * len(refs)
-    kept = [accurate_reference(r.to(DEVICE), o.detach(), _tol(r)) for r, o in zip(refs, outs)]
-    return [k.cpu() if k is not None else None for k in kept]
 
 
 def _dev(x: object) -> object:
@@ -235,7 +180,7 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
     _KEPT_INPUTS[name] = inputs
     _save_later(inputs, os.path.join(JOB["work"], "inputs", name))
     _save_later(refs, os.path.join(JOB["work"], "ref", f"ref_{s}_{t}.pt"))
-    his = _hi_refs(hi, dev_inputs, dev_refs)
+    his = HI.refs(hi, dev_inputs, dev_refs)
     del dev_inputs, dev_refs
     _lap("hi", clock)
     hi_file = f"hi_{s}_{t}.pt" if any(h is not None for h in his) else None
@@ -305,7 +250,7 @@ def _holdouts(mod: object, models: dict[int, torch.nn.Module]) -> bool:
     the parent said stop."""
     s = _timing_shape()
     _set_dims(mod, META["shapes"][s]["overrides"])
-    hi = _hi_model(models[s]) if _HI["budget_s"] > 0 else None
+    hi = HI.model(models[s])
     for h in range(int(JOB["timing"].get("holdouts", 0))):
         _trial(mod, models[s], hi, s, JOB["trials"] + h)
         META["trials"][-1]["holdout"] = True
@@ -406,7 +351,7 @@ def main() -> None:
         return
     for s, overrides in enumerate(_select_shapes(mod)):
         models[s] = _shape(mod, s, dict(overrides))
-        hi = _hi_model(models[s]) if _HI["budget_s"] > 0 else None
+        hi = HI.model(models[s])
         for t in range(JOB["trials"]):
             _trial(mod, models[s], hi, s, t)
             if not _gate("KZ-YIELD"):  # lets a waiting timed phase go between trials
@@ -414,8 +359,8 @@ def main() -> None:
         del hi
     if JOB.get("timing") and not _holdouts(mod, models):
         return
-    META["hi_ref_notes"] = sorted(_HI["notes"])
-    META["hi_ref_s"] = round(_HI["spent_s"], 4)
+    META["hi_ref_notes"] = sorted(HI.notes)
+    META["hi_ref_s"] = round(HI.spent_s, 4)
     META["steps_s"] = {"startup": round(_STARTUP_S, 3),  # diagnostics only
                        "trials": round(time.monotonic() - _T0, 3),
                        **{f"trials_{k}": round(v, 3) for k, v in _STEPS.items()}}
