@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from services.verifier import core
-from services.verifier.core import Session, _Progress, _prefetch
+from services.verifier.core import Session
 from services.verifier.exceptions import ProblemError
+from services.verifier.prefetch import Plan, Progress, prefetch
 from services.verifier.reference import ReferenceBundle
 from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS
 
@@ -59,8 +60,8 @@ def test_prefetch_builds_ahead_but_not_beyond_the_window(session: Any) -> None:
     bad = "import os\n"  # fails the static check: no bundle, and no place in the window
     items = [("P0", ok), ("P1", bad), ("P2", ok), ("P3", ok), ("P4", ok)]
     session.expect(p for p, _ in items)
-    progress = _Progress()
-    t = threading.Thread(target=_prefetch, args=(session, items, progress, 2))
+    progress = Progress()
+    t = threading.Thread(target=prefetch, args=(session, items, progress, 2))
     t.start()
     progress.started(0)  # the window: two sandboxed items past item 0 (P2, P3)
     deadline = threading.Event()
@@ -94,9 +95,9 @@ def test_builders_sharing_a_plan_build_at_once_and_each_problem_once(
 
     monkeypatch.setattr(Session, "_build", build)
     session.expect(p for p, _ in items)
-    progress, plan = _Progress(), core._Plan(items, session.options, 2)
+    progress, plan = Progress(), Plan(items, session.options, 2)
     progress.started(len(items))  # every item is inside the window at once
-    threads = [threading.Thread(target=_prefetch, args=(session, items, progress, 2, plan))
+    threads = [threading.Thread(target=prefetch, args=(session, items, progress, 2, plan))
                for _ in range(3)]
     for t in threads:
         t.start()
@@ -108,7 +109,7 @@ def test_builders_sharing_a_plan_build_at_once_and_each_problem_once(
 
 
 def test_progress_wait_returns_false_once_stopped() -> None:
-    p = _Progress()
+    p = Progress()
     p.started(3)
     assert p.wait_for(1) and p.wait_for(3)
     p.stop()
