@@ -128,7 +128,7 @@ class Session:
         try:
             b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
                                 measure_peak=need_peak, gates=self.gpu, slots=self.ref_slots,
-                                early=True, on_settled=self._settled)
+                                on_settled=self._settled)
         except ProblemError as exc:
             return exc
         with self._guard:  # the unsettled ones only: a service's session lives long

@@ -190,12 +190,12 @@ class RefSlot:
 
 def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
           timing: bool, measure_peak: bool, gates: sandbox.Gates | None,
-          slots: SlotPool | None = None, early: bool = False,
+          slots: SlotPool | None = None,
           on_settled: Callable[[ReferenceBundle], None] | None = None) -> ReferenceBundle:
     """Run the reference worker for `problem_src` (a pre-started one from `slots`, else a
-    fresh one); raise ProblemError if it is unusable. `early`: return as soon as the
-    trials are in (the worker publishes them before it times the baselines); the rest
-    comes in the background (`ReferenceBundle.settle`; then `on_settled` runs)."""
+    fresh one); raise ProblemError if it is unusable. Returns as soon as the trials are in
+    (the worker publishes them before it times the baselines); the rest comes in the
+    background: `ReferenceBundle.settle` waits for it, then `on_settled` has run."""
     meta_lit = literal_meta(problem_src)
     family = meta_lit.get("family") if isinstance(meta_lit.get("family"), str) else None
     tols = tolerance_table(family)
@@ -203,14 +203,10 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
     try:
         slot.load(problem_src)
         job = _job(slot, options, timing, measure_peak, gates, tols, meta_lit)
-        job["publish"] = early
     except BaseException:
         slot.close(keep=options.keep_artifacts)
         raise
-    bundle = _Run(slot, base, options, job, (tols, family, meta_lit), on_settled).first(gates)
-    if not early:
-        bundle.settle()
-    return bundle
+    return _Run(slot, base, options, job, (tols, family, meta_lit), on_settled).first(gates)
 
 
 def _job(slot: RefSlot, options: VerifyOptions, timing: bool, measure_peak: bool,

@@ -367,16 +367,12 @@ def main() -> None:
     t_save = time.monotonic()
     if JOB.get("timing"):
         META["timing"] = _plan()
-    if JOB.get("publish"):
-        _publish()
+    _publish()
     META["steps_s"]["save"] = round(time.monotonic() - t_save, 3)
     if JOB.get("timing"):
         t_timing = time.monotonic()
         _timing(mod, models)
         META["steps_s"]["timing"] = round(time.monotonic() - t_timing, 3)
-    t_save = time.monotonic()
-    _flush()  # unless published: the GPU lock is free again (timing said KZ-DONE)
-    META["steps_s"]["save"] += round(time.monotonic() - t_save, 3)
     META["steps_s"]["cpu"] = round(time.process_time(), 3)  # the worker's CPU seconds
 
 

@@ -159,8 +159,8 @@ def test_a_model_that_writes_its_inputs_leaves_the_drawn_ones_to_the_candidate()
 
 
 @pytest.fixture
-def build_early() -> Any:
-    """reference.build(early=True) of the add problem on the CPU, under a GPU lock; the
+def ref_build() -> Any:
+    """reference.build of the add problem on the CPU, under a GPU lock; the
     work dirs are kept (keep_artifacts) and removed after the test."""
     import shutil
 
@@ -176,7 +176,7 @@ def build_early() -> Any:
     def build(timing: bool) -> ReferenceBundle:
         return reference.build(problem_src("add"), o, base,
                                sandbox.choose_mode(o.isolation, o.device), timing=timing,
-                               measure_peak=False, gates=GpuLock(o.cache, 0.0), early=True,
+                               measure_peak=False, gates=GpuLock(o.cache, 0.0),
                                on_settled=settled.append)
 
     build.settled, build.base = settled, base  # type: ignore[attr-defined]
@@ -185,29 +185,29 @@ def build_early() -> Any:
 
 
 def test_a_bundle_comes_from_the_published_trials_and_settles_when_its_worker_ends(
-        build_early: Any) -> None:
+        ref_build: Any) -> None:
     """The worker publishes its trials (under a GPU lock it says IDLE first and writes its
     files without holding it) and only then does its last step; the bundle settles once
     the worker is done."""
-    b = build_early(timing=False)
+    b = ref_build(timing=False)
     b.settle(120)
-    assert build_early.settled == [b]
-    assert len(list(build_early.base.rglob("published.json"))) == 1
+    assert ref_build.settled == [b]
+    assert len(list(ref_build.base.rglob("published.json"))) == 1
     assert b.refs and b.inputs and sorted(p.name for p in b.inputs_dir.iterdir())
     assert b.meta["steps_s"]["save"] >= 0 and "idle" in b.meta["phase_s"]
 
 
 def test_a_problem_that_fails_after_publishing_fails_every_verdict_on_it(
-        build_early: Any) -> None:
+        ref_build: Any) -> None:
     """Timing the baselines (here: on a CPU, so it fails) comes after the bundle was handed
     out; its failure still makes the problem unusable, for every verdict that waits."""
-    b = build_early(timing=True)
+    b = ref_build(timing=True)
     assert b.refs  # handed out: the trials were fine
     with pytest.raises(ProblemError, match="problem failed to run"):
         b.settle(120)
     with pytest.raises(ProblemError):  # and again, for the next verdict
         b.settle(0)
-    assert build_early.settled == []
+    assert ref_build.settled == []
 
 
 def test_a_verdict_waits_for_its_bundle_to_settle(tmp_path: Path,
