@@ -17,6 +17,7 @@ import pytest
 
 from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
+from services.verifier.gpu_lock import GpuLock
 
 MODES = sandbox.available_modes("cpu")
 UID_MODES = [m for m in MODES if m.endswith("uid") or m == "uid+rlimits"]
@@ -322,13 +323,17 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
     assert started and started[0] >= ended
 
 
-YIELDING_CHILD = r"""
+# A child that asks for the GPU lock as the harness and the reference worker do.
+GATED_CHILD = r"""
 import os, sys, time
 ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 sys.stdin.readline()  # the job
 def gate(word):
     ctrl.write(word + "\n")
     assert sys.stdin.readline().strip() == "GO"
+"""
+
+YIELDING_CHILD = GATED_CHILD + r"""
 gate("KZ-SHARED")
 for trial in range(4):
     time.sleep(0.4)  # a reference trial's GPU work, under the shared lock
@@ -338,19 +343,21 @@ ctrl.write("KZ-DONE\n")
 """
 
 
+def _gated_process(base: Path, src: str) -> tuple[sandbox.Process, GpuLock]:
+    """`src` as a started sandboxed process, and the GPU lock its phases go through."""
+    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
+    lim = sandbox.Limits(wall_s=30, cpu_s=30, memory_bytes=4 << 30, nproc=64,
+                         fsize_bytes=1 << 20, timing_wall_s=10, locked_wall_s=10)
+    return (sandbox.Process("rlimits", view, [sys.executable, "-I", "-c", src], {}, lim, base),
+            GpuLock(str(base / "cache")))
+
+
 def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> None:
     """The reference worker yields the shared lock between trials: a timed phase that
     asks meanwhile runs after the current trial, not after the whole build (1.6 s)."""
     import threading
 
-    from services.verifier.gpu_lock import GpuLock
-
-    gates = GpuLock(str(base / "cache"))
-    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
-    lim = sandbox.Limits(wall_s=30, cpu_s=30, memory_bytes=4 << 30, nproc=64,
-                         fsize_bytes=1 << 20, timing_wall_s=10, locked_wall_s=10)
-    proc = sandbox.Process("rlimits", view, [sys.executable, "-I", "-c", YIELDING_CHILD],
-                           {}, lim, base)
+    proc, gates = _gated_process(base, YIELDING_CHILD)
     got: list[float] = []
     res: list[sandbox.RunResult] = []
     t0 = time.monotonic()
@@ -365,13 +372,7 @@ def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> No
     assert res[0].wall_s > 1.6  # the child's trials all ran (and the lock came back)
 
 
-IDLE_CHILD = r"""
-import os, sys, time
-ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
-sys.stdin.readline()  # the job
-def gate(word):
-    ctrl.write(word + "\n")
-    assert sys.stdin.readline().strip() == "GO"
+IDLE_CHILD = GATED_CHILD + r"""
 gate("KZ-SHARED")
 time.sleep(0.2)  # the correctness calls, under the shared lock
 ctrl.write("KZ-IDLE\n")
@@ -386,14 +387,7 @@ def test_an_idle_child_holds_no_lock_until_it_asks_for_its_timed_phase(base: Pat
     inputs runs at once, not after them; the child's own timed phase still comes."""
     import threading
 
-    from services.verifier.gpu_lock import GpuLock
-
-    gates = GpuLock(str(base / "cache"))
-    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
-    lim = sandbox.Limits(wall_s=30, cpu_s=30, memory_bytes=4 << 30, nproc=64,
-                         fsize_bytes=1 << 20, timing_wall_s=10, locked_wall_s=10)
-    proc = sandbox.Process("rlimits", view, [sys.executable, "-I", "-c", IDLE_CHILD],
-                           {}, lim, base)
+    proc, gates = _gated_process(base, IDLE_CHILD)
     res: list[sandbox.RunResult] = []
     child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
     child.start()
