@@ -91,17 +91,16 @@ class HostLoad:
                                "cpu_core_s": round(self._busy_jiffies / hz, 1)}
         if self.cpu:
             out.update(cpu_busy_mean=round(statistics.fmean(self.cpu), 3),
-                       cpu_busy_p90=round(sorted(self.cpu)[int(0.9 * (len(self.cpu) - 1))], 3),
+                       cpu_busy_p90=_p90(self.cpu),
                        cpu_saturated_frac=round(sum(c >= 0.95 for c in self.cpu)
                                                 / len(self.cpu), 3))
         if self.gpu:
             out.update(gpu_util_mean=round(statistics.fmean(self.gpu), 3))
-        if self.parent:
-            ps = sorted(self.parent)
-            out.update(parent_cores_mean=round(statistics.fmean(ps), 3),
-                       parent_cores_p90=round(ps[int(0.9 * (len(ps) - 1))], 3))
-        if self.gil_late_ms:
-            late = sorted(self.gil_late_ms)
-            out.update(gil_late_ms_mean=round(statistics.fmean(late), 3),
-                       gil_late_ms_p90=round(late[int(0.9 * (len(late) - 1))], 3))
+        for name, xs in (("parent_cores", self.parent), ("gil_late_ms", self.gil_late_ms)):
+            if xs:
+                out[f"{name}_mean"], out[f"{name}_p90"] = round(statistics.fmean(xs), 3), _p90(xs)
         return out
+
+
+def _p90(xs: list[float]) -> float:
+    return round(sorted(xs)[int(0.9 * (len(xs) - 1))], 3)

@@ -299,10 +299,9 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
     session.ref_slots.fill()
     session.expect(p for p, _ in items)
     progress = Progress()
-    ahead = 2 * max(1, workers)
-    plan = Plan(items, options, ahead)
+    plan = Plan(items, options, ahead=2 * max(1, workers))
     builders = [threading.Thread(target=prefetch, name=f"kz-bundle-prefetch-{k}", daemon=True,
-                                 args=(session, items, progress, ahead, plan))
+                                 args=(session, progress, plan))
                 for k in range(options.bundle_builders)]
     for b in builders:
         b.start()

@@ -69,14 +69,12 @@ class Plan:
             return None
 
 
-def prefetch(session: Session, items: list[tuple[str, str]], progress: Progress,
-              ahead: int, plan: Plan | None = None) -> None:
+def prefetch(session: Session, progress: Progress, plan: Plan) -> None:
     """Build each problem's bundle before the workers reach it (a build is an own sandboxed
     reference run, ~5-15 s on the H200: workers that met an unbuilt problem waited for it
-    about as long as they spent verifying). At most `ahead` sandboxed items ahead of the
-    workers, so the bundles held do not grow with the batch. Several builders may share
-    one `plan` (made with the same `ahead`)."""
-    plan = plan or Plan(items, session.options, ahead)
+    about as long as they spent verifying), at most the plan's `ahead` sandboxed items
+    ahead of the workers, so the bundles held do not grow with the batch. Several builders
+    may share one plan."""
     while (job := plan.next()) is not None:
         _, problem, after = job
         if not progress.wait_for(after):

@@ -293,7 +293,7 @@ class _Run:
                 raise self.error
             meta = self._meta("meta.json")
             bundle.meta.update({k: meta[k] for k in _FINAL_KEYS if k in meta})
-            bundle.meta["phase_s"] = self.res.phase_s if self.res else None
+            bundle.meta["phase_s"] = self.res.phase_s if self.res else None  # parent's clock
         except BaseException as exc:  # noqa: BLE001 - every waiting verdict gets it
             bundle.complete(exc)
             return
@@ -315,7 +315,6 @@ class _Run:
         meta = self._meta(name)
         b = _collect(self.slot.work, meta, self.problem, self.base, self.options)
         b.meta["warm_start"] = self.warm  # the parent's own observation
-        b.meta["phase_s"] = self.res.phase_s if self.res else None  # the parent's clock
         b.isolation = self.slot.process.isolation
         return b
 

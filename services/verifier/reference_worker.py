@@ -45,10 +45,11 @@ DEVICE = JOB["device"]
 META: dict = {"nonce": JOB["nonce"], "shapes": [], "trials": [], "errors": [],
               "non_discriminating": []}
 _SEEDS = iter(JOB["seeds"])
-# Trial files are written after the GPU phases, not inside them: a trial holds the shared
-# GPU lock, and every timed phase on the host waits for all shared holders (on the H200,
-# 0.94 s of a candidate's median 1.26 s wait for the exclusive lock was for them). Kept in
-# memory meanwhile, up to _PENDING_MAX bytes (past that they are written at once).
+# Trial files are written after the trials, without the GPU lock (_publish), not inside
+# them: a trial holds the shared GPU lock, and every timed phase on the host waits for all
+# shared holders (on the H200, 0.94 s of a candidate's median 1.26 s wait for the exclusive
+# lock was for them). Kept in memory meanwhile, up to _PENDING_MAX bytes (past that they
+# are written at once).
 _PENDING: list[tuple[object, str]] = []
 _PENDING_MAX = 2 << 30
 PUBLISHED = "published.json"  # META up to the trials (see _publish)

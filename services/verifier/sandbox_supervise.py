@@ -236,12 +236,12 @@ class Control(threading.Thread):
     def run(self) -> None:
         flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
                  IDLE: self.idle}
-        warm = self.warm
+        signals = {WARM: self.warm, PUBLISH: self.published}  # news, not lock requests
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
                 word = line.strip().decode("ascii", "replace")
-                if word in (WARM, PUBLISH):
-                    (warm if word == WARM else self.published).set()
+                if word in signals:
+                    signals[word].set()
                     continue
                 flag = flags.get(word)
                 if flag is not None:

@@ -61,7 +61,8 @@ def test_prefetch_builds_ahead_but_not_beyond_the_window(session: Any) -> None:
     items = [("P0", ok), ("P1", bad), ("P2", ok), ("P3", ok), ("P4", ok)]
     session.expect(p for p, _ in items)
     progress = Progress()
-    t = threading.Thread(target=prefetch, args=(session, items, progress, 2))
+    t = threading.Thread(target=prefetch,
+                         args=(session, progress, Plan(items, session.options, 2)))
     t.start()
     progress.started(0)  # the window: two sandboxed items past item 0 (P2, P3)
     deadline = threading.Event()
@@ -97,7 +98,7 @@ def test_builders_sharing_a_plan_build_at_once_and_each_problem_once(
     session.expect(p for p, _ in items)
     progress, plan = Progress(), Plan(items, session.options, 2)
     progress.started(len(items))  # every item is inside the window at once
-    threads = [threading.Thread(target=prefetch, args=(session, items, progress, 2, plan))
+    threads = [threading.Thread(target=prefetch, args=(session, progress, plan))
                for _ in range(3)]
     for t in threads:
         t.start()
