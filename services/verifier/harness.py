@@ -59,7 +59,7 @@ _CPU_WARM = round(time.process_time(), 3)  # CPU seconds of the start-up (diagno
 _CTRL.write("KZ-WARM\n")
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
-_load, _save, _equal = torch.load, torch.save, torch.equal
+_load, _save, _equal, _pin = torch.load, torch.save, torch.equal, torch.Tensor.pin_memory
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])
@@ -89,6 +89,21 @@ def _import_solution() -> object:
 
 def _to_device(x: object) -> object:
     return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
+def _to_host(x: object) -> object:
+    """A holdout input as it waits for its run: page-locked, so that copying it to the
+    device then is a fast queued copy (pageable memory where pinning fails)."""
+    if isinstance(x, torch.Tensor) and DEVICE == "cuda":
+        try:
+            return _pin(x)
+        except RuntimeError:
+            return x
+    return x
+
+
+def _read(name: str, loaded: dict[str, list]) -> list:
+    return loaded.get(name) or _load(os.path.join(JOB["inputs"], name), weights_only=True)
 
 
 def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) -> None:
@@ -174,10 +189,10 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         # on the host waited for such steps to end). Only this harness runs meanwhile.
         _CTRL.write("KZ-IDLE\n")
     # The timed sets are correctness trials, already read for the calls (`loaded`: a
-    # candidate that altered those host copies gets outputs the parent finds wrong).
-    sets = [[_to_device(x) for x in (loaded.get(f) or _load(os.path.join(JOB["inputs"], f),
-                                                            weights_only=True))]
-            for f in spec["files"] + spec.get("holdout_files", [])]
+    # candidate that altered those host copies gets outputs the parent finds wrong). The
+    # holdouts stay in (pinned) host memory until their own runs, after the timed ones.
+    sets = [[_to_device(x) for x in _read(f, loaded)] for f in spec["files"]] + \
+        [[_to_host(x) for x in _read(f, loaded)] for f in spec.get("holdout_files", [])]
     args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
@@ -222,8 +237,9 @@ def _echo(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
     errors: list[list[str]] = []
     State.violations = []
     for k, fn in enumerate(fns):
-        if loads is not None:
-            loads[k]()
+        load = loads[k] if loads is not None else None
+        if load is not None:
+            load()
         try:
             with torch.no_grad(), Tracer():
                 fn()

@@ -14,7 +14,7 @@ from typing import Any, cast
 import torch
 
 _equal = torch.equal
-_empty_like, _copy_ = torch.empty_like, torch.Tensor.copy_
+_empty_like, _copy_, _to = torch.empty_like, torch.Tensor.copy_, torch.Tensor.to
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -58,40 +58,58 @@ def output_problems(outs: list[object], inputs: list[object], params: list[objec
 
 
 def rotating(sets: Sequence[Sequence[Any]], empty_like: Callable[..., Any] = _empty_like,
-             copy_: Callable[..., Any] = _copy_,
-             ) -> tuple[list[list[Any]], list[Callable[[], Any]] | None]:
+             copy_: Callable[..., Any] = _copy_, to: Callable[..., Any] = _to,
+             ) -> tuple[list[list[Any]], list[Callable[[], Any] | None] | None]:
     """One set of input tensors for every timed run, whose CONTENTS become set k's before
     each run of set k (`prepare[k]` of Timer.time, outside the measured interval). A model
     that memoises outputs by input identity (the same objects every run) then returns a
     stale output, and the last output of each set is checked; with one object per set it
     could return each set's first result and time a do-nothing kernel. Returns per-set
-    argument lists (the shared tensors start with set 0's contents) and the prepare
-    callables; the sets themselves and no prepare where the sets differ in layout. The
-    torch functions default to the ones captured at import, before the candidate's."""
+    argument lists (the shared tensors start with set 0's contents, on its device) and the
+    prepare callables. Sets kept on another device (the holdouts, in host memory until
+    their run: a kernel reading past its own inputs must not find them on the GPU during
+    the warm-up) are copied over only in their prepare. Where the sets differ in layout
+    there is no rotation: each set keeps its own objects, and a set kept elsewhere is moved
+    to set 0's device in its prepare. The torch functions default to the ones captured at
+    import, before the candidate's."""
     first = sets[0]
-    if any(len(s) != len(first) or any(_layout(a) != _layout(b) for a, b in zip(s, first))
-           for s in sets):
-        return [list(s) for s in sets], None
-    shared = [empty_like(x) if isinstance(x, torch.Tensor) else x for x in first]
-    if any(_layout(a) != _layout(b) for a, b in zip(shared, first)):
-        return [list(s) for s in sets], None  # e.g. a strided view: empty_like is contiguous
+    if not any(len(s) != len(first) or any(_layout(a) != _layout(b) for a, b in zip(s, first))
+               for s in sets):
+        shared = [empty_like(x) if isinstance(x, torch.Tensor) else x for x in first]
+        if all(_layout(a) == _layout(b) for a, b in zip(shared, first)):
+            loads: list[Callable[[], Any] | None] = [_loader(shared, s, copy_) for s in sets]
+            cast("Callable[[], Any]", loads[0])()
+            return [[shared[j] if isinstance(x, torch.Tensor) else x for j, x in enumerate(s)]
+                    for s in sets], loads
+        # else e.g. a strided view: empty_like is contiguous
+    home = _device(first)
+    args = [list(s) for s in sets]
+    loads = [None if _device(s) == home else _mover(a, s, home, to) for a, s in zip(args, sets)]
+    return args, loads if any(loads) else None
 
-    def prepare(s: Sequence[Any]) -> Callable[[], Any]:
-        def load() -> None:
-            for dst, src in zip(shared, s):
-                if isinstance(src, torch.Tensor):
-                    copy_(dst, src)
-        return load
 
-    loads = [prepare(s) for s in sets]
-    loads[0]()
-    args = [[shared[j] if isinstance(x, torch.Tensor) else x for j, x in enumerate(s)]
-            for s in sets]
-    return args, loads
+def _loader(shared: list[Any], s: Sequence[Any], copy_: Callable[..., Any]) -> Callable[[], Any]:
+    def load() -> None:
+        for dst, src in zip(shared, s):
+            if isinstance(src, torch.Tensor):
+                copy_(dst, src, non_blocking=True)  # from pinned host memory: queued, in order
+    return load
+
+
+def _mover(args: list[Any], s: Sequence[Any], device: Any,
+           to: Callable[..., Any]) -> Callable[[], Any]:
+    def load() -> None:
+        args[:] = [to(x, device, non_blocking=True) if isinstance(x, torch.Tensor) else x
+                   for x in s]
+    return load
+
+
+def _device(s: Sequence[Any]) -> Any:
+    return next((x.device for x in s if isinstance(x, torch.Tensor)), None)
 
 
 def _layout(x: Any) -> Any:
     """What must match for one tensor to stand for another (non-tensors: their value)."""
     if isinstance(x, torch.Tensor):
-        return (type(x), x.dtype, x.device, tuple(x.shape), x.stride())
+        return (type(x), x.dtype, tuple(x.shape), x.stride())  # any device: copied over
     return ("value", repr(x))

@@ -100,7 +100,7 @@ class Timer:
     """Holds the real CUDA primitives, captured before any untrusted code runs."""
 
     clock = staticmethod(time.perf_counter)  # the retry budget's clock (a test may step it)
-    _prepare: Sequence[Callable[[], Any]] | None = None  # per timed fn, set by time()
+    _prepare: Sequence[Callable[[], Any] | None] | None = None  # per timed fn, by time()
 
     def __init__(self, flush_bytes: int = FLUSH_BYTES_DEFAULT, adaptive: bool = True) -> None:
         self.Event = torch.cuda.Event
@@ -256,7 +256,7 @@ class Timer:
 
     def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
              attempts: int = MAX_ATTEMPTS,
-             prepare: Sequence[Callable[[], Any]] | None = None) -> dict[str, Any]:
+             prepare: Sequence[Callable[[], Any] | None] | None = None) -> dict[str, Any]:
         """Time `fns` (rotated input sets); returns stats in ms and the last output per set
         of the reported attempt. A disturbed attempt is repeated: spread > STABLE_SPREAD, or
         more than LATE_OK of its runs outlasted by the host (the next shadow is then fitted
@@ -292,7 +292,8 @@ class Timer:
         return best
 
     def once(self, fns: Sequence[Callable[[], Any]],
-             prepare: Sequence[Callable[[], Any]] | None = None) -> tuple[list[float], list[Any]]:
+             prepare: Sequence[Callable[[], Any] | None] | None = None,
+             ) -> tuple[list[float], list[Any]]:
         """Each of `fns` run once, as a run of the synced loop (after time(): its shadow):
         the device time of each on the current stream, and its outputs. For holdouts,
         inputs the candidate has not seen before (perf.holdout_floor). Not the synced

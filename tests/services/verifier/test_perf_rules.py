@@ -34,3 +34,5 @@ def test_holdout_runs_floor_the_time_and_reject_a_cache() -> None:
     assert t == 1.1 / (1 + perf.HOLDOUT_SLACK) and ratio == 1.1 and why is None
     t, ratio, why = perf.holdout_floor(0.25, [1.0, 1.1])  # 4x: a cache, rejected
     assert why is not None and "cached by input contents" in why and ratio == 4.0
+    # the content cache in a busy 476-candidate H200 batch read 2.16-2.97: rejected too
+    assert perf.holdout_floor(0.5, [1.08, 1.2])[2] is not None

@@ -318,6 +318,37 @@ def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
     assert harness_checks.rotating(t)[1] is not None
 
 
+def test_sets_kept_on_another_device_reach_the_timed_objects_only_in_their_prepare() -> None:
+    """The holdouts wait in host memory (here: the meta device stands for it) and are
+    copied into the shared objects, or moved over where there is no rotation, only when
+    their own prepare runs, after the timed runs."""
+    import torch
+
+    copies: list[tuple[object, object]] = []
+    moved: list[object] = []
+
+    def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> None:
+        copies.append((dst, src))
+        assert non_blocking  # queued, as the runs are
+
+    def to(x: torch.Tensor, device: object, non_blocking: bool = False) -> torch.Tensor:
+        moved.append(x)
+        return torch.zeros(x.shape)
+
+    timed = [[torch.zeros(2, 3)] for _ in range(2)]
+    held = [[torch.empty(2, 3, device="meta")] for _ in range(2)]
+    args, loads = harness_checks.rotating(timed + held, copy_=copy_, to=to)
+    assert loads is not None and len({id(a[0]) for a in args}) == 1  # rotated: one object
+    assert args[0][0].device.type == "cpu" and [s for _, s in copies] == [timed[0][0]]
+    loads[3]()
+    assert copies[-1] == (args[0][0], held[1][0])
+    odd = [[torch.zeros(4)], [torch.zeros(5)], [torch.empty(5, device="meta")]]
+    args, loads = harness_checks.rotating(odd, copy_=copy_, to=to)  # no rotation
+    assert loads is not None and loads[:2] == [None, None] and args[2][0] is odd[2][0]
+    loads[2]()
+    assert moved == [odd[2][0]] and args[2][0].device.type == "cpu"
+
+
 def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> None:
     """The cheat: the first result per input object, then a do-nothing kernel. With one
     object per set, each set's last output was its own correct first result; rotated, the
