@@ -194,12 +194,16 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     earlier, lock0 = [], {}
     if batches > 1:  # as VerifierCore._get_session makes it
         session = core.Session(options, warm_slots=core.warm_slots_for(options, workers))
-        for k in range(batches - 1):
-            t = time.monotonic()
-            core.verify_batch(session, [(f"{p}\n# session batch {k}\n",
-                                         f"{s}\n# session batch {k}\n") for p, s in items],
-                              workers)
-            earlier.append(round(60 * len(items) / (time.monotonic() - t), 1))
+        try:
+            for k in range(batches - 1):
+                t = time.monotonic()
+                core.verify_batch(session, [(f"{p}\n# session batch {k}\n",
+                                             f"{s}\n# session batch {k}\n") for p, s in items],
+                                  workers)
+                earlier.append(round(60 * len(items) / (time.monotonic() - t), 1))
+        except BaseException:
+            session.close()  # its fork server, sandboxes and reference workers
+            raise
         lock0 = session.gpu.stats() if session.gpu else {}
     t0 = time.monotonic()
     with HostLoad() as load:  # what core.verify_many does, keeping the session's GPU lock
