@@ -135,7 +135,7 @@ def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None,
         yield "cpu"
         return
     t0 = time.monotonic()
-    with gates.shared() if gates is not None else nullcontext():
+    with gates.shared("compare") if gates is not None else nullcontext():
         steps["judge_lock_wait"] = steps.get("judge_lock_wait", 0.0) + time.monotonic() - t0
         yield "cuda"
 

@@ -21,7 +21,7 @@ from typing import Any
 from services.verifier import candidate, perf, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError, SandboxError
-from services.verifier.gpu_lock import GpuLock
+from services.verifier.gpu_lock import GpuLock, KindOfHolder
 from services.verifier.options import VerifyOptions
 from services.verifier.pool import SlotPool
 from services.verifier.prefetch import Plan, Progress, prefetch
@@ -55,6 +55,10 @@ class Session:
         self._guard = threading.Lock()
         self.gpu = GpuLock(options.cache, options.shared_epoch_s) \
             if options.device == "cuda" else None
+
+    def _gates(self, kind: str) -> KindOfHolder | None:
+        """The GPU lock for one kind of holder (its shared steps counted apart), if any."""
+        return self.gpu.of_kind(kind) if self.gpu else None
 
     def _new_ref_slot(self) -> reference.RefSlot:
         return reference.RefSlot(self.options, self.mode, self.base)
@@ -127,8 +131,8 @@ class Session:
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
         try:
             b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
-                                measure_peak=need_peak, gates=self.gpu, slots=self.ref_slots,
-                                on_settled=self._settled)
+                                measure_peak=need_peak, gates=self._gates("reference"),
+                                slots=self.ref_slots, on_settled=self._settled)
         except ProblemError as exc:
             return exc
         with self._guard:  # the unsettled ones only: a service's session lives long
@@ -174,7 +178,8 @@ class Session:
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
                kernels: tuple[str, ...]) -> VerifyReport:
         o = self.options
-        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self.gpu, self.slots)
+        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self._gates("harness"),
+                            self.slots)
         # The bundle came as soon as its trials were in; its baselines' timing (and a
         # failure there: the problem is unusable, as before) must be in for the verdict.
         bundle.settle(o.reference_timeout_s + 60)

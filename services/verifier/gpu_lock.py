@@ -16,6 +16,7 @@ drain for all of them. Later arrivals wait for the next epoch, so neither side s
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import threading
 import time
@@ -41,8 +42,8 @@ class GpuLock:
         self._batch = 0  # timed phases of the current batch not yet done
         self._opened = time.monotonic()  # when the current shared epoch began
         self._closed_at = 0.0
-        self._totals = {"closed_s": 0.0, "drain_s": 0.0, "exclusive_s": 0.0, "batches": 0,
-                        "exclusive": 0}
+        self._totals: dict[str, float] = {"closed_s": 0.0, "drain_s": 0.0, "exclusive_s": 0.0,
+                                           "batches": 0, "exclusive": 0}
         self._local = threading.local()  # per thread: what its last exclusive() waited for
 
     def last_exclusive_wait(self) -> dict[str, float]:
@@ -60,19 +61,36 @@ class GpuLock:
                 out["closed_s"] += time.monotonic() - self._closed_at
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
+    def of_kind(self, kind: str) -> "KindOfHolder":
+        """This lock as one kind of holder uses it: its shared steps are counted under
+        `kind` (diagnostics: which steps the drains wait for)."""
+        return KindOfHolder(self, kind)
+
     @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self, kind: str | None = None) -> Iterator[None]:
         with self._cv:
             while self._writer or self._closing:
                 self._cv.wait()
             self._readers += 1
+            start = time.monotonic()
         try:
             with self._flock(fcntl.LOCK_SH):
                 yield
         finally:
             with self._cv:
                 self._readers -= 1
+                self._count(kind or "other", start)
                 self._cv.notify_all()
+
+    def _count(self, kind: str, start: float) -> None:
+        """A shared step of `kind` ended: its length, and whether it was the one a drain
+        waited for last (the drain's length is then put down to it)."""
+        now, t = time.monotonic(), self._totals
+        t[f"steps_{kind}"] = t.get(f"steps_{kind}", 0) + 1
+        t[f"held_{kind}_s"] = t.get(f"held_{kind}_s", 0.0) + now - start
+        if self._admitting and not self._readers:
+            t[f"drain_last_{kind}"] = t.get(f"drain_last_{kind}", 0) + 1
+            t[f"drain_last_{kind}_s"] = t.get(f"drain_last_{kind}_s", 0.0) + now - self._closed_at
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -137,3 +155,20 @@ class GpuLock:
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class KindOfHolder:
+    """A GpuLock whose shared steps count under one kind (the reference workers' trials,
+    the candidates' harness calls, the parent's comparisons)."""
+
+    def __init__(self, lock: GpuLock, kind: str) -> None:
+        self.lock, self.kind = lock, kind
+
+    def shared(self, kind: str | None = None) -> "contextlib.AbstractContextManager[None]":
+        return self.lock.shared(kind or self.kind)
+
+    def exclusive(self) -> "contextlib.AbstractContextManager[None]":
+        return self.lock.exclusive()
+
+    def last_exclusive_wait(self) -> dict[str, float]:
+        return self.lock.last_exclusive_wait()

@@ -248,9 +248,9 @@ def test_a_trials_float64_run_is_a_shared_step_of_its_own(tmp_path: Path) -> Non
     class Counting(GpuLock):
         steps = 0
 
-        def shared(self) -> Any:
+        def shared(self, kind: str | None = None) -> Any:
             Counting.steps += 1
-            return super().shared()
+            return super().shared(kind)
 
     o = CPU_OPTIONS
     base = W.make_base(o.tmp_dir)

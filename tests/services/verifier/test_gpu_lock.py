@@ -157,3 +157,30 @@ def _timed(lock: GpuLock, got: dict[str, float], name: str) -> None:
     t0 = time.monotonic()
     with lock.exclusive():
         got[name] = time.monotonic() - t0
+
+
+def test_each_kind_of_holder_counts_its_steps_and_the_drains_it_ended(tmp_path: Path) -> None:
+    """A drain is put down to the shared step that ended it: here a long trial step, in
+    flight with a short harness call when a timed phase arrives."""
+    lock = _lock(tmp_path, 0.0)
+    trials, harness = lock.of_kind("reference"), lock.of_kind("harness")
+    entered = threading.Barrier(3)
+
+    def hold(gates, seconds: float) -> None:  # type: ignore[no-untyped-def]
+        with gates.shared():
+            entered.wait()
+            time.sleep(seconds)
+
+    steps = [_start(lambda: hold(trials, 0.3)), _start(lambda: hold(harness, 0.02))]
+    entered.wait()
+    with harness.exclusive():
+        pass
+    for t in steps:
+        t.join(timeout=10)
+    with harness.shared("compare"):  # a step's own kind wins over its holder's
+        pass
+    st = lock.stats()
+    assert st["steps_reference"] == st["steps_harness"] == st["steps_compare"] == 1
+    assert st["held_reference_s"] >= 0.3 > st["held_harness_s"]
+    assert st["drain_last_reference"] == 1 and "drain_last_harness" not in st
+    assert 0.2 < st["drain_last_reference_s"] <= st["drain_s"] + 1e-3
