@@ -234,33 +234,3 @@ def test_a_verdict_waits_for_its_bundle_to_settle(tmp_path: Path,
         s.close()
     assert not r.passed and r.stage == "problem" and "baselines failed" in r.reasons[0]
 
-
-def test_a_trials_float64_run_is_a_shared_step_of_its_own(tmp_path: Path) -> None:
-    """A timed phase waits for every shared step in flight, so a trial yields the lock
-    between its draw (and gate) and its float64 run, as it does between trials."""
-    import shutil
-
-    from services.verifier import reference, sandbox
-    from services.verifier import workspace as W
-    from services.verifier.gpu_lock import GpuLock
-    from tests.services.verifier.conftest import problem_src
-
-    class Counting(GpuLock):
-        steps = 0
-
-        def shared(self, kind: str | None = None) -> Any:
-            Counting.steps += 1
-            return super().shared(kind)
-
-    o = CPU_OPTIONS
-    base = W.make_base(o.tmp_dir)
-    try:
-        b = reference.build(problem_src("add"), o, base,
-                            sandbox.choose_mode(o.isolation, o.device), timing=False,
-                            measure_peak=False, gates=Counting(str(tmp_path), 0.0))
-        b.settle(120)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    trials = len(b.meta["trials"])
-    assert trials and b.meta["hi_ref_s"] > 0  # the float64 runs ran
-    assert Counting.steps == 1 + 2 * trials  # the first step, then two per trial
