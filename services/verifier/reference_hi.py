@@ -45,8 +45,9 @@ class HiReference:
             return None
 
     def refs(self, hi: torch.nn.Module | None, inputs: list, refs: list) -> list:
-        """Per output: the float64 result rounded to the output dtype, or None. Float
-        inputs are upcast exactly."""
+        """Per output: the float64 result rounded to the output dtype (on the run's device:
+        the caller copies it to the host without the GPU lock), or None. Float inputs are
+        upcast exactly."""
         none: list = [None] * len(refs)
         lowp = [r for r in refs if r.is_floating_point() and r.dtype != torch.float64]
         floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
@@ -80,4 +81,4 @@ class HiReference:
             return [None] * len(refs)
         kept = [accurate_reference(r.to(dev), o.detach(), self.tol(r))
                 for r, o in zip(refs, outs)]
-        return [k.cpu() if k is not None else None for k in kept]
+        return kept

@@ -49,14 +49,14 @@ _SEEDS = iter(JOB["seeds"])
 # them: a trial holds the shared GPU lock, and every timed phase on the host waits for all
 # shared holders (on the H200, 0.94 s of a candidate's median 1.26 s wait for the exclusive
 # lock was for them). Kept in memory meanwhile, up to _PENDING_MAX bytes (past that they
-# are written at once).
+# are written at once, in the trial's lock-free tail: _pause).
 _PENDING: list[tuple[object, str]] = []
 _PENDING_MAX = 2 << 30
 PUBLISHED = "published.json"  # META up to the trials (see _publish)
 _KEPT_INPUTS: dict[str, list] = {}  # trial file name -> its inputs (the timed runs use them)
 # Seconds per step of the trials, summed over them (diagnostics: where a bundle's time goes;
-# `yield` is the wait for the GPU lock between trials)
-_STEPS: dict[str, float] = {"draw": 0.0, "gate": 0.0, "hi": 0.0, "yield": 0.0}
+# `host`: the lock-free host copies and saves, `yield`: the wait for the GPU lock)
+_STEPS: dict[str, float] = {"draw": 0.0, "gate": 0.0, "hi": 0.0, "host": 0.0, "yield": 0.0}
 
 
 def _lap(step: str, since: float) -> float:
@@ -129,16 +129,14 @@ def _tol(t: torch.Tensor) -> Tol:
 HI = HiReference(float(JOB.get("hi_budget_s", 0.0)), DEVICE, _tol, _flatten)
 
 
-def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, list, list]:
-    """A fresh draw: (seed, inputs, the same on the device, references, the same on the
-    device). Scaled and run where the model runs; the host copies are for the files. (It
-    used to copy each trial's inputs and references over PCIe three times each.)"""
+def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
+    """A fresh draw: (seed, inputs, references), scaled and run where the model runs. The
+    host copies for the files are made later, without the GPU lock (_to_host)."""
     seed = next(_SEEDS)
     torch.manual_seed(seed)
     random.seed(seed)
     dev = [_dev(x) for x in mod.get_inputs()]
     dev = _scaled(dev, exp) if JOB["scale_inputs"] else dev
-    host = [x.cpu() if isinstance(x, torch.Tensor) else x for x in dev]
     if DEVICE == "cuda":  # this run's memory, inputs included, to size the float64 one
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -150,8 +148,19 @@ def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list, 
     if DEVICE == "cuda":
         HI.peak = torch.cuda.max_memory_allocated() - base
     del run
-    # .cpu() copies from the GPU; on the CPU it is the same tensor, so clone
-    return seed, host, dev, [r.cpu() if DEVICE == "cuda" else r.clone() for r in refs], refs
+    return seed, dev, refs
+
+
+def _to_host(dev_inputs: list, dev_refs: list, dev_his: list) -> tuple[list, list, list]:
+    """Host copies of a trial's inputs and references (same-dtype and float64-derived),
+    for its files. Called paused (no GPU lock held): on the H200 a trial's shared step was
+    mostly these PCIe copies, and every timed phase waited for such steps. A paused
+    sandbox is stopped while another is timed, so the copies do not overlap a timed run.
+    On the CPU .cpu() is the tensor itself: the references are cloned (the model's
+    outputs may be views of its state)."""
+    inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in dev_inputs]
+    refs = [r.cpu() if DEVICE == "cuda" else r.clone() for r in dev_refs]
+    return inputs, refs, [h.cpu() if h is not None else None for h in dev_his]
 
 
 def _dev(x: object) -> object:
@@ -165,28 +174,31 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
     hits: list[str] = []
     clock = time.monotonic()
     for attempt in range(JOB["max_redraws"] + 1):
-        seed, inputs, dev_inputs, refs, dev_refs = _draw(mod, model, exp)
+        seed, dev_inputs, dev_refs = _draw(mod, model, exp)
         if not all(bool(torch.isfinite(r).all()) for r in dev_refs if r.is_floating_point()):
             # our scaling overflowed: redraw unscaled
-            seed, inputs, dev_inputs, refs, dev_refs = _draw(mod, model, 0)
+            seed, dev_inputs, dev_refs = _draw(mod, model, 0)
         clock = _lap("draw", clock)
         # the gate runs where the data is (fast on GPU)
         hits = [", ".join(h) for r in dev_refs
                 if (h := trivial_matches(r, dev_inputs, _tol(r)))]
         clock = _lap("gate", clock)
-        if len(hits) < len(refs):
+        if len(hits) < len(dev_refs):
             break
         exp += 2  # non-discriminating: redraw with larger magnitudes
+    dev_his = HI.refs(hi, dev_inputs, dev_refs)
+    clock = _lap("hi", clock)
+    _pause()  # the rest needs no lock; the next _resume asks for it again
+    inputs, refs, his = _to_host(dev_inputs, dev_refs, dev_his)
+    del dev_inputs, dev_refs, dev_his
     name = f"in_{s}_{t}.pt"
     _KEPT_INPUTS[name] = inputs
     _save_later(inputs, os.path.join(JOB["work"], "inputs", name))
     _save_later(refs, os.path.join(JOB["work"], "ref", f"ref_{s}_{t}.pt"))
-    his = HI.refs(hi, dev_inputs, dev_refs)
-    del dev_inputs, dev_refs
-    _lap("hi", clock)
     hi_file = f"hi_{s}_{t}.pt" if any(h is not None for h in his) else None
     if hi_file:  # only outputs the float64 run refines: most trials store nothing extra
         _save_later(his, os.path.join(JOB["work"], "ref", hi_file))
+    _lap("host", clock)
     if len(hits) == len(refs):
         META["non_discriminating"].append(f"shape {s} trial {t}: trivial outputs pass ({hits})")
     META["trials"].append({"shape_index": s, "trial": t, "seed": seed, "scale_exp": exp,
@@ -249,14 +261,16 @@ def _holdouts(mod: object, models: dict[int, torch.nn.Module]) -> bool:
     elements costs next to nothing) could time its cache. Each holdout is timed once,
     after the timed runs, and checked; new contents cannot come from a cache. False when
     the parent said stop."""
+    if not _resume():
+        return False
     s = _timing_shape()
     _set_dims(mod, META["shapes"][s]["overrides"])
     hi = HI.model(models[s])
     for h in range(int(JOB["timing"].get("holdouts", 0))):
+        if not _resume():
+            return False
         _trial(mod, models[s], hi, s, JOB["trials"] + h)
         META["trials"][-1]["holdout"] = True
-        if not _gate("KZ-YIELD"):
-            return False
     return True
 
 
@@ -327,6 +341,25 @@ def _peak(timer: object) -> dict:
     return peak
 
 
+_PAUSED = [False]  # the shared lock was let go (_pause) and not asked for again yet
+
+
+def _pause() -> None:
+    """Let the shared GPU lock go for lock-free work (_resume asks for it again)."""
+    if JOB.get("gated"):
+        _CTRL.write("KZ-PAUSE\n")
+    _PAUSED[0] = True
+
+
+def _resume() -> bool:
+    """Before GPU work: the shared lock again, if paused (a waiting timed phase goes
+    first). False when the parent said stop."""
+    if not _PAUSED[0]:
+        return True
+    _PAUSED[0] = False
+    return _gate("KZ-YIELD")
+
+
 def _gate(word: str) -> bool:
     """Ask the parent for a GPU phase (shared: trials; exclusive: timing), wait for GO."""
     if not JOB.get("gated"):
@@ -351,12 +384,14 @@ def main() -> None:
     if not _gate("KZ-SHARED"):
         return
     for s, overrides in enumerate(_select_shapes(mod)):
+        if not _resume():
+            return
         models[s] = _shape(mod, s, dict(overrides))
         hi = HI.model(models[s])
         for t in range(JOB["trials"]):
-            _trial(mod, models[s], hi, s, t)
-            if not _gate("KZ-YIELD"):  # lets a waiting timed phase go between trials
+            if not _resume():  # each trial ends paused: a waiting timed phase goes first
                 return
+            _trial(mod, models[s], hi, s, t)
         del hi
     if JOB.get("timing") and not _holdouts(mod, models):
         return

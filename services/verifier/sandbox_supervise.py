@@ -35,6 +35,10 @@ YIELD = "KZ-YIELD"  # between steps of a shared phase: the lock may go to a time
 # is paused while another one is timed.
 IDLE = "KZ-IDLE"
 PUBLISH = "KZ-PUBLISH"  # the reference worker's trial files are complete (reference.py)
+# PAUSE, inside a shared phase: the lock goes now, and the child works without it (the
+# reference worker copies a trial's tensors to the host and writes files) until it asks
+# again with YIELD. Like IDLE it costs the child only its place.
+PAUSE = "KZ-PAUSE"
 UID_BASE = 61000
 UID_RANGE = 1024  # host-wide: every verifier process on the host shares it
 
@@ -124,7 +128,7 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
         return False
     lap("start")  # job read, solution imported, first request
     if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
-        if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, lap):
+        if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, limits.wall_s, lap):
             return False
         if ctrl.idle.is_set() and not ctrl.ready.is_set():
             if not wait(proc, ctrl.ready, limits.wall_s):
@@ -150,13 +154,14 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
 
 
 def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: ignore[type-arg]
-                  budget: float, lap: Callable[[str], None]) -> bool:
+                  budget: float, free_s: float, lap: Callable[[str], None]) -> bool:
     """Correctness work under the shared lock; False if it held the lock past `budget`
-    (bounded: a hang here would stall every timing on the host). A child that says YIELD
-    between steps (the reference worker after each trial, the harness after each call)
-    hands the lock back for a moment: a waiting timed phase goes first (the lock prefers
-    writers) instead of waiting for every trial of a reference build or every call of a
-    candidate, and every candidate behind it too. DONE here: no timed phase follows."""
+    (bounded: a hang here would stall every timing on the host) or paused past `free_s`.
+    A child that says YIELD between steps (the reference worker after each trial, the
+    harness after each call) hands the lock back for a moment: a waiting timed phase goes
+    first (the lock prefers writers) instead of waiting for every trial of a reference
+    build or every call of a candidate, and every candidate behind it too. PAUSE hands it
+    back until the child's next YIELD. DONE here: no timed phase follows."""
     first = True
     while True:
         with gates.shared():
@@ -168,11 +173,39 @@ def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: 
             if not wait(proc, ctrl.step, budget):
                 return False
             budget -= time.monotonic() - t0
-            if ctrl.ready.is_set() or not ctrl.yielded.is_set() or proc.poll() is not None:
+            if _phase_over(proc, ctrl):
                 lap("shared")  # compile + correctness trials (and any yielded waits)
                 return True
-            ctrl.yielded.clear()
+            paused = not ctrl.yielded.is_set()  # PAUSE: the child goes on without the lock
             ctrl.step.clear()
+            ctrl.paused.clear()
+        if paused:  # a child that paused keeps talking: poll its words, never miss one
+            t0 = time.monotonic()
+            if not _until(lambda: _phase_over(proc, ctrl) or ctrl.yielded.is_set(), free_s):
+                return False
+            free_s -= time.monotonic() - t0
+            if _phase_over(proc, ctrl):
+                lap("shared")
+                return True
+        # YIELD: the child waits for GO now, so it says nothing more until then
+        ctrl.yielded.clear()
+        ctrl.paused.clear()
+        ctrl.step.clear()
+
+
+def _phase_over(proc: subprocess.Popen, ctrl: Control) -> bool:  # type: ignore[type-arg]
+    """The child ended its shared phase (READY, IDLE or DONE) or exited."""
+    return (ctrl.ready.is_set() or ctrl.idle.is_set() or ctrl.done.is_set()
+            or proc.poll() is not None)
+
+
+def _until(ok: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _others(own_uid: int | None) -> Callable[[], list[int]] | None:
@@ -232,10 +265,11 @@ class Control(threading.Thread):
         # DONE arrived (DONE in a shared phase: no timed phase follows, the lock is let go)
         self.yielded, self.step = threading.Event(), threading.Event()
         self.idle, self.published = threading.Event(), threading.Event()
+        self.paused = threading.Event()  # re-armed by the parent, as YIELD
 
     def run(self) -> None:
         flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
-                 IDLE: self.idle}
+                 IDLE: self.idle, PAUSE: self.paused}
         signals = {WARM: self.warm, PUBLISH: self.published}  # news, not lock requests
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
@@ -247,7 +281,7 @@ class Control(threading.Thread):
                 if flag is not None:
                     flag.set()
                     self.any_request.set()
-                    if word in (READY, YIELD, DONE, IDLE):
+                    if word in (READY, YIELD, DONE, IDLE, PAUSE):
                         self.step.set()
 
 

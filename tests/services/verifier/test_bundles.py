@@ -234,3 +234,34 @@ def test_a_verdict_waits_for_its_bundle_to_settle(tmp_path: Path,
         s.close()
     assert not r.passed and r.stage == "problem" and "baselines failed" in r.reasons[0]
 
+
+def test_a_trial_copies_and_saves_its_tensors_without_the_gpu_lock(tmp_path: Path) -> None:
+    """Each trial ends paused (KZ-PAUSE): its host copies and file writes hold no lock, and
+    the next trial asks for it again (KZ-YIELD). So one shared step per trial, and none
+    after the last: the worker publishes straight from its pause."""
+    import shutil
+
+    from services.verifier import reference, sandbox
+    from services.verifier import workspace as W
+    from services.verifier.gpu_lock import GpuLock
+    from tests.services.verifier.conftest import problem_src
+
+    class Counting(GpuLock):
+        steps = 0
+
+        def shared(self, kind: str | None = None) -> Any:
+            Counting.steps += 1
+            return super().shared(kind)
+
+    o = CPU_OPTIONS
+    base = W.make_base(o.tmp_dir)
+    try:
+        b = reference.build(problem_src("add"), o, base,
+                            sandbox.choose_mode(o.isolation, o.device), timing=False,
+                            measure_peak=False, gates=Counting(str(tmp_path), 0.0))
+        b.settle(120)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    trials = len(b.meta["trials"])
+    assert trials > 1 and b.refs and b.meta["steps_s"]["trials_host"] > 0
+    assert Counting.steps == trials  # SHARED, then a YIELD before each later trial

@@ -372,6 +372,41 @@ def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> No
     assert res[0].wall_s > 1.6  # the child's trials all ran (and the lock came back)
 
 
+PAUSING_CHILD = GATED_CHILD + r"""
+gate("KZ-SHARED")
+time.sleep(0.2)  # a trial's GPU work, under the shared lock
+ctrl.write("KZ-PAUSE\n")
+time.sleep(1.0)  # its host copies and file writes, without the lock
+gate("KZ-YIELD")  # the next trial's GPU work: the lock again
+time.sleep(0.2)
+ctrl.write("KZ-PAUSE\n")
+ctrl.write("KZ-IDLE\n")  # ends the shared phase while paused (the worker publishes)
+time.sleep(0.2)
+gate("KZ-READY")
+ctrl.write("KZ-DONE\n")
+"""
+
+
+def test_a_paused_child_holds_no_lock_until_it_yields(base: Path) -> None:
+    """PAUSE lets the shared lock go inside a shared phase: a timed phase that asks while
+    the child copies and writes runs at once; the child gets the lock back with YIELD and
+    may end its shared phase while paused."""
+    import threading
+
+    proc, gates = _gated_process(base, PAUSING_CHILD)
+    res: list[sandbox.RunResult] = []
+    child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
+    child.start()
+    time.sleep(0.6)  # the child is paused now (it said PAUSE after 0.2 s)
+    t0 = time.monotonic()
+    with gates.exclusive():
+        waited = time.monotonic() - t0
+    child.join(30)
+    assert res and res[0].ready_seen and not res[0].timed_out, res and res[0].describe()
+    assert waited < 0.3, f"the timed phase waited {waited:.2f} s for a paused child"
+    assert res[0].phase_s["shared"] > 1.2 and "exclusive" in res[0].phase_s
+
+
 IDLE_CHILD = GATED_CHILD + r"""
 gate("KZ-SHARED")
 time.sleep(0.2)  # the correctness calls, under the shared lock
