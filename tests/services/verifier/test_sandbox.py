@@ -391,20 +391,29 @@ def test_a_paused_child_holds_no_lock_until_it_yields(base: Path) -> None:
     """PAUSE lets the shared lock go inside a shared phase: a timed phase that asks while
     the child copies and writes runs at once; the child gets the lock back with YIELD and
     may end its shared phase while paused."""
+    res, waited = _timed_phase_meanwhile(base, PAUSING_CHILD, 0.6)  # paused after 0.2 s
+    assert waited < 0.3, f"the timed phase waited {waited:.2f} s for a paused child"
+    assert res.phase_s["shared"] > 1.2 and "exclusive" in res.phase_s
+
+
+def _timed_phase_meanwhile(base: Path, src: str, after_s: float) -> tuple[sandbox.RunResult,
+                                                                         float]:
+    """Run the gated child `src`; `after_s` into it, a timed phase of another candidate
+    asks for the lock. The child's result (it must have had its own timed phase) and how
+    long that other timed phase waited."""
     import threading
 
-    proc, gates = _gated_process(base, PAUSING_CHILD)
+    proc, gates = _gated_process(base, src)
     res: list[sandbox.RunResult] = []
     child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
     child.start()
-    time.sleep(0.6)  # the child is paused now (it said PAUSE after 0.2 s)
+    time.sleep(after_s)
     t0 = time.monotonic()
     with gates.exclusive():
         waited = time.monotonic() - t0
     child.join(30)
     assert res and res[0].ready_seen and not res[0].timed_out, res and res[0].describe()
-    assert waited < 0.3, f"the timed phase waited {waited:.2f} s for a paused child"
-    assert res[0].phase_s["shared"] > 1.2 and "exclusive" in res[0].phase_s
+    return res[0], waited
 
 
 IDLE_CHILD = GATED_CHILD + r"""
@@ -420,17 +429,6 @@ ctrl.write("KZ-DONE\n")
 def test_an_idle_child_holds_no_lock_until_it_asks_for_its_timed_phase(base: Path) -> None:
     """IDLE ends the shared phase early: a timed phase that asks while the child reads its
     inputs runs at once, not after them; the child's own timed phase still comes."""
-    import threading
-
-    proc, gates = _gated_process(base, IDLE_CHILD)
-    res: list[sandbox.RunResult] = []
-    child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
-    child.start()
-    time.sleep(0.8)  # the child is idle now (it said IDLE after 0.2 s)
-    t0 = time.monotonic()
-    with gates.exclusive():
-        waited = time.monotonic() - t0
-    child.join(30)
-    assert res and res[0].ready_seen and not res[0].timed_out, res and res[0].describe()
+    res, waited = _timed_phase_meanwhile(base, IDLE_CHILD, 0.8)  # idle after 0.2 s
     assert waited < 0.3, f"the timed phase waited {waited:.2f} s for an idle child"
-    assert res[0].phase_s["idle"] > 1.0 and "exclusive" in res[0].phase_s
+    assert res.phase_s["idle"] > 1.0 and "exclusive" in res.phase_s
