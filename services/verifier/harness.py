@@ -91,7 +91,7 @@ def _to_device(x: object) -> object:
     return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
 
 
-def _to_host(x: object) -> object:
+def _pinned(x: object) -> object:
     """A holdout input as it waits for its run: page-locked, so that copying it to the
     device then is a fast queued copy (pageable memory where pinning fails)."""
     if isinstance(x, torch.Tensor) and DEVICE == "cuda":
@@ -192,7 +192,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     # candidate that altered those host copies gets outputs the parent finds wrong). The
     # holdouts stay in (pinned) host memory until their own runs, after the timed ones.
     sets = [[_to_device(x) for x in _read(f, loaded)] for f in spec["files"]] + \
-        [[_to_host(x) for x in _read(f, loaded)] for f in spec.get("holdout_files", [])]
+        [[_pinned(x) for x in _read(f, loaded)] for f in spec.get("holdout_files", [])]
     args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
