@@ -16,12 +16,11 @@ drain for all of them. Later arrivals wait for the next epoch, so neither side s
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 
@@ -61,7 +60,7 @@ class GpuLock:
                 out["closed_s"] += time.monotonic() - self._closed_at
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
-    def of_kind(self, kind: str) -> "KindOfHolder":
+    def of_kind(self, kind: str) -> KindOfHolder:
         """This lock as one kind of holder uses it: its shared steps are counted under
         `kind` (diagnostics: which steps the drains wait for)."""
         return KindOfHolder(self, kind)
@@ -164,10 +163,10 @@ class KindOfHolder:
     def __init__(self, lock: GpuLock, kind: str) -> None:
         self.lock, self.kind = lock, kind
 
-    def shared(self, kind: str | None = None) -> "contextlib.AbstractContextManager[None]":
+    def shared(self, kind: str | None = None) -> AbstractContextManager[None]:
         return self.lock.shared(kind or self.kind)
 
-    def exclusive(self) -> "contextlib.AbstractContextManager[None]":
+    def exclusive(self) -> AbstractContextManager[None]:
         return self.lock.exclusive()
 
     def last_exclusive_wait(self) -> dict[str, float]:

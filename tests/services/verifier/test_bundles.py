@@ -174,10 +174,10 @@ def ref_build() -> Any:
     base = W.make_base(o.tmp_dir)  # not tmp_path: the sandbox uid cannot traverse it
     settled: list[ReferenceBundle] = []
 
-    def build(timing: bool) -> ReferenceBundle:
+    def build(timing: bool, gates: GpuLock | None = None) -> ReferenceBundle:
         return reference.build(problem_src("add"), o, base,
                                sandbox.choose_mode(o.isolation, o.device), timing=timing,
-                               measure_peak=False, gates=GpuLock(o.cache, 0.0),
+                               measure_peak=False, gates=gates or GpuLock(o.cache, 0.0),
                                on_settled=settled.append)
 
     build.settled, build.base = settled, base  # type: ignore[attr-defined]
@@ -235,16 +235,12 @@ def test_a_verdict_waits_for_its_bundle_to_settle(tmp_path: Path,
     assert not r.passed and r.stage == "problem" and "baselines failed" in r.reasons[0]
 
 
-def test_a_trial_copies_and_saves_its_tensors_without_the_gpu_lock(tmp_path: Path) -> None:
+def test_a_trial_copies_and_saves_its_tensors_without_the_gpu_lock(
+        ref_build: Any, tmp_path: Path) -> None:
     """Each trial ends paused (KZ-PAUSE): its host copies and file writes hold no lock, and
     the next trial asks for it again (KZ-YIELD). So one shared step per trial, and none
     after the last: the worker publishes straight from its pause."""
-    import shutil
-
-    from services.verifier import reference, sandbox
-    from services.verifier import workspace as W
     from services.verifier.gpu_lock import GpuLock
-    from tests.services.verifier.conftest import problem_src
 
     class Counting(GpuLock):
         steps = 0
@@ -253,15 +249,8 @@ def test_a_trial_copies_and_saves_its_tensors_without_the_gpu_lock(tmp_path: Pat
             Counting.steps += 1
             return super().shared(kind)
 
-    o = CPU_OPTIONS
-    base = W.make_base(o.tmp_dir)
-    try:
-        b = reference.build(problem_src("add"), o, base,
-                            sandbox.choose_mode(o.isolation, o.device), timing=False,
-                            measure_peak=False, gates=Counting(str(tmp_path), 0.0))
-        b.settle(120)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    b = ref_build(timing=False, gates=Counting(str(tmp_path), 0.0))
+    b.settle(120)
     trials = len(b.meta["trials"])
     assert trials > 1 and b.refs and b.meta["steps_s"]["trials_host"] > 0
     assert Counting.steps == trials  # SHARED, then a YIELD before each later trial
