@@ -83,11 +83,12 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
     with _step(steps, "slot"):
         slot = slots.take() if slots else SlotPool(options, mode, base, 0).take()
     try:
-        with _step(steps, "load"), _hash_lock(key):  # identical sources share one cache in turn
-            slot.load(solution_src, bundle.inputs_dir, cache)
         job = _job(bundle, options, slot.inside)
+        held = (job.get("timing") or {}).get("holdout_files", [])
+        with _step(steps, "load"), _hash_lock(key):  # identical sources share one cache in turn
+            withheld = slot.load(solution_src, bundle.inputs_dir, cache, withhold=held)
         with _step(steps, "sandbox"):
-            res = slot.process.finish((json.dumps(job) + "\n").encode(), gates)
+            res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld)
         with _step(steps, "save_cache"), _hash_lock(key):
             slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
         out = judge(slot.work, job, res, bundle, options, gates, steps)

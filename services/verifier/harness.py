@@ -189,10 +189,15 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         # on the host waited for such steps to end). Only this harness runs meanwhile.
         _CTRL.write("KZ-IDLE\n")
     # The timed sets are correctness trials, already read for the calls (`loaded`: a
-    # candidate that altered those host copies gets outputs the parent finds wrong). The
-    # holdouts stay in (pinned) host memory until their own runs, after the timed ones.
-    sets = [[_to_device(x) for x in _read(f, loaded)] for f in spec["files"]] + \
-        [[_pinned(x) for x in _read(f, loaded)] for f in spec.get("holdout_files", [])]
+    # candidate that altered those host copies gets outputs the parent finds wrong).
+    sets = [[_to_device(x) for x in _read(f, loaded)] for f in spec["files"]]
+    held = spec.get("holdout_files", [])
+    # The holdout files are in the inputs dir only from this request to READY (the parent
+    # links them in now and takes them away before the timed runs); their contents stay
+    # in (pinned) host memory until their own runs, after the timed ones.
+    if held and not _gate("KZ-HOLDOUTS"):
+        return
+    sets += [[_pinned(x) for x in _read(f, loaded)] for f in held]
     args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
@@ -284,8 +289,8 @@ def _flush_pending() -> None:
 
 
 def _gate(word: str) -> bool:
-    """Ask the parent for a GPU phase (KZ-SHARED / KZ-YIELD / KZ-READY), wait for GO (CUDA
-    only)."""
+    """Ask the parent for a GPU phase (KZ-SHARED / KZ-YIELD / KZ-READY) or for the holdout
+    files (KZ-HOLDOUTS), wait for GO (CUDA only)."""
     if not JOB.get("gated"):
         return True
     _CTRL.write(word + "\n")

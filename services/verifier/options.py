@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.8.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.9.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
@@ -22,7 +22,8 @@ VERIFIER_VERSION = "1.8.0"  # 1.1: float64 reference accepted too; 1.2: compare 
 # side-stream flag needs a second synced loop to agree before the strict re-time; 1.7: each
 # timed run's outputs are copied as it returns (a model cannot write them in later, untimed);
 # 1.8: a holdout 1.5x (was 3x) slower than the timed runs is a cache, rejected; holdout inputs
-# wait in host memory until their runs
+# wait in host memory until their runs; 1.9: holdout files appear in the sandbox only while
+# the harness reads them, between its correctness calls and its timed runs
 
 
 def _default_cache() -> str:

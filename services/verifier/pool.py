@@ -22,7 +22,8 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,24 @@ from services.verifier.options import VerifyOptions
 HARNESS_FILES = {"harness.py": "harness.py", "kz_checks.py": "harness_checks.py",
                  "kz_records.py": "records.py", "kz_trace.py": "harness_trace.py",
                  "kz_timing.py": "timing.py"}
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """Input files a sandbox sees only between `give` and `take` (sandbox.Handover): the
+    holdouts, given when the harness asks for them after its correctness calls and taken
+    back before its timed runs (sandbox_supervise.HOLDOUTS)."""
+
+    files: tuple[Path, ...]
+    into: Path  # the slot's inputs dir (read-only inside the sandbox)
+
+    def give(self) -> None:
+        for f in self.files:
+            W.link_or_copy(f, self.into / f.name)
+
+    def take(self) -> None:
+        for f in self.files:
+            (self.into / f.name).unlink(missing_ok=True)
 
 
 class Slot:
@@ -67,14 +86,19 @@ class Slot:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
 
-    def load(self, solution_src: str, inputs_dir: Path, cache_src: Path) -> None:
-        """Give the slot its candidate: solution file, trial inputs, compile cache."""
+    def load(self, solution_src: str, inputs_dir: Path, cache_src: Path,
+             withhold: Collection[str] = ()) -> Withheld:
+        """Give the slot its candidate: solution file, trial inputs, compile cache. The
+        inputs named in `withhold` (the holdouts) are left out: the returned handle puts
+        them in the inputs dir only while the harness asks for them."""
         (self.work / "solution.py").write_text(solution_src)
         for f in inputs_dir.iterdir():
-            W.link_or_copy(f, self.inputs / f.name)
+            if f.name not in withhold:
+                W.link_or_copy(f, self.inputs / f.name)
         if cache_src.is_dir():
             W.copy_tree(cache_src, self.cache)
         self.process.own()
+        return Withheld(tuple(inputs_dir / n for n in sorted(withhold)), self.inputs)
 
     def save_cache(self, dest: Path, stubs: Path) -> None:
         """Keep what the candidate compiled for the next run of the same source."""

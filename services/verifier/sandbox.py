@@ -29,8 +29,10 @@ from services.verifier import cgroups, zygote_client
 from services.verifier.zygote import LIMITS, SAFE_PATH  # one copy: the server is standalone
 from services.verifier import sandbox_mounts as M
 from services.verifier import sandbox_supervise as S
+from services.verifier import sandbox_uids as U
 from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for callers
-    DONE, READY, SHARED, UID_BASE, WARM, Gates, live_uid_processes)
+    DONE, READY, SHARED, WARM, Gates, Handover)
+from services.verifier.sandbox_uids import UID_BASE, live_uid_processes  # noqa: F401
 from services.verifier.exceptions import SandboxError
 
 MODES = ("bwrap+uid", "bwrap", "unshare+uid", "uid+rlimits", "rlimits")
@@ -241,7 +243,7 @@ class Process:
     def __init__(self, mode: str, view: M.View, argv: list[str], env: dict[str, str],
                  limits: Limits, base: Path) -> None:
         self.view, self.limits = view, limits
-        self.uid = (S.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits"
+        self.uid = (U.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits"
                     else os.getuid())
         self.cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
                                  limits.memory_bytes) if os.geteuid() == 0 else None
@@ -328,8 +330,10 @@ class Process:
         self.ctrl.start()
         S.send(self.proc, f"{ctrl_w}\n".encode())
 
-    def finish(self, stdin_data: bytes, gates: Gates | None = None) -> RunResult:
-        """Send the job, supervise the phases, tear everything down; once only."""
+    def finish(self, stdin_data: bytes, gates: Gates | None = None,
+               handover: Handover | None = None) -> RunResult:
+        """Send the job, supervise the phases, tear everything down; once only. `handover`:
+        files the child sees only between IDLE and READY, if it asks (the holdouts)."""
         if self._done:
             raise SandboxError("sandboxed process already used")
         self._done = True
@@ -339,7 +343,7 @@ class Process:
         try:
             S.send(self.proc, stdin_data)
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
-                                     uid if uid >= S.UID_BASE else None)
+                                     uid if uid >= U.UID_BASE else None, handover)
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
         except subprocess.TimeoutExpired:
@@ -351,7 +355,7 @@ class Process:
         res = RunResult(None if timed_out else self.proc.returncode, timed_out,
                         time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
                         self.isolation, self.ctrl.ready.is_set(), phase_s=clock,
-                        warm_start=warm, uid=uid if uid >= S.UID_BASE else None)
+                        warm_start=warm, uid=uid if uid >= U.UID_BASE else None)
         res.notes.extend(notes)
         return res
 
@@ -371,13 +375,13 @@ class Process:
         self.ctrl.join(timeout=2)
 
     def _teardown(self) -> None:
-        if self.uid >= S.UID_BASE:
-            S.kill_uid(self.uid)
+        if self.uid >= U.UID_BASE:
+            U.kill_uid(self.uid)
         if self.cg:
             self.cg.remove()
             self.cg = None
-        if self.uid >= S.UID_BASE:
-            S.UIDS.release(self.uid)
+        if self.uid >= U.UID_BASE:
+            U.UIDS.release(self.uid)
             self.uid = -1
 
 

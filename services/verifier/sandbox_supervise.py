@@ -7,10 +7,8 @@ sequence the GPU locks; a forged word can only make the child wait or be killed.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import queue
-import random
 import signal
 import subprocess
 import threading
@@ -23,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from services.verifier.quiet import QUIET, TIMING_NICE, CpuMeter, others_paused, renice
+from services.verifier.sandbox_uids import UID_BASE, UID_RANGE, live_uid_processes
 
 if TYPE_CHECKING:  # sandbox imports this module at run time
     from services.verifier.sandbox import Limits
@@ -39,62 +38,16 @@ PUBLISH = "KZ-PUBLISH"  # the reference worker's trial files are complete (refer
 # reference worker copies a trial's tensors to the host and writes files) until it asks
 # again with YIELD. Like IDLE it costs the child only its place.
 PAUSE = "KZ-PAUSE"
-UID_BASE = 61000
-UID_RANGE = 1024  # host-wide: every verifier process on the host shares it
+# HOLDOUTS, between IDLE and READY: the harness asks for its holdout inputs. They appear in
+# its inputs dir only now, after its correctness calls, and go again at READY, before its
+# timed runs: a candidate cannot read them early and precompute their outputs.
+HOLDOUTS = "KZ-HOLDOUTS"
+class Handover(Protocol):
+    """Input files a child may see only while it asks for them (pool.Withheld)."""
 
+    def give(self) -> None: ...
 
-class UidPool:
-    """Distinct unprivileged uids for concurrent slots, exclusive host-wide.
-
-    Several verifier processes on one host (workers of one consumer group) draw from the
-    same uid range; a uid in use by another process would let candidates of the two
-    signal or read each other, and one teardown's kill-by-uid would kill the other's
-    candidate. So each uid is held by an flock on a file under a shared lock dir
-    (the kernel drops it when the holder dies: a crashed verifier leaks nothing).
-    Containers sharing a kernel but not this dir must mount one dir in common.
-    """
-
-    def __init__(self, size: int = UID_RANGE, lock_dir: str | None = None) -> None:
-        self.size = size
-        self.lock_dir = Path(lock_dir or os.environ.get("KZ_VERIFIER_UID_LOCKS",
-                                                        "/tmp/kz-verifier-uids"))
-        self._held: dict[int, int] = {}  # uid -> fd of its lock file
-        self._cv = threading.Condition()
-
-    def acquire(self) -> int:
-        with self._cv:
-            while True:
-                uid = self._try_lock()
-                if uid is not None:
-                    return uid
-                self._cv.wait(0.1)  # another process may free one: poll, bounded
-
-    def release(self, uid: int) -> None:
-        with self._cv:
-            fd = self._held.pop(uid, None)
-            if fd is not None:
-                os.close(fd)  # closing drops the flock
-            self._cv.notify()
-
-    def _try_lock(self) -> int | None:
-        self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        start = random.randrange(self.size)  # spread processes over the range
-        for i in range(self.size):
-            uid = UID_BASE + (start + i) % self.size
-            if uid in self._held:
-                continue
-            fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            self._held[uid] = fd
-            return uid
-        return None
-
-
-UIDS = UidPool()
+    def take(self) -> None: ...
 
 
 class Gates(Protocol):
@@ -105,14 +58,13 @@ class Gates(Protocol):
     def exclusive(self) -> AbstractContextManager[None]: ...
 
 
-
-
 def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
            limits: Limits, clock: dict[str, float] | None = None,
-           uid: int | None = None) -> bool:
+           uid: int | None = None, handover: Handover | None = None) -> bool:
     """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
     the seconds spent in each phase (to see where a candidate's wall time goes). `uid`:
-    the child's sandbox uid, the one left running while every other sandbox is paused."""
+    the child's sandbox uid, the one left running while every other sandbox is paused.
+    `handover`: files the child gets between IDLE and READY if it asks (HOLDOUTS)."""
     t = clock if clock is not None else {}
     mark = time.monotonic()
 
@@ -131,8 +83,12 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
         if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, limits.wall_s, lap):
             return False
         if ctrl.idle.is_set() and not ctrl.ready.is_set():
-            if not wait(proc, ctrl.ready, limits.wall_s):
-                return False
+            try:
+                if not _idle(proc, ctrl, handover, limits.wall_s):
+                    return False
+            finally:
+                if handover is not None:
+                    handover.take()  # before GO: the timed runs never see them
             lap("idle")  # lock-free work between the phases
     if ctrl.ready.is_set() and proc.poll() is None:
         with gates.exclusive(), others_paused(_others(uid)) as paused:
@@ -191,6 +147,21 @@ def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: 
         ctrl.yielded.clear()
         ctrl.paused.clear()
         ctrl.step.clear()
+
+
+def _idle(proc: subprocess.Popen, ctrl: Control,  # type: ignore[type-arg]
+          handover: Handover | None, timeout: float) -> bool:
+    """Lock-free work between the phases until READY (or exit); False past `timeout`. A
+    child that asks for its holdouts meanwhile gets them (`phases` takes them back)."""
+    deadline = time.monotonic() + timeout
+    if not _until(lambda: (ctrl.ready.is_set() or ctrl.holdouts.is_set()
+                           or proc.poll() is not None), timeout):
+        return False
+    if ctrl.holdouts.is_set() and not ctrl.ready.is_set():
+        if handover is not None:
+            handover.give()
+        send(proc, b"GO\n")
+    return wait(proc, ctrl.ready, deadline - time.monotonic())
 
 
 def _phase_over(proc: subprocess.Popen, ctrl: Control) -> bool:  # type: ignore[type-arg]
@@ -266,11 +237,13 @@ class Control(threading.Thread):
         self.yielded, self.step = threading.Event(), threading.Event()
         self.idle, self.published = threading.Event(), threading.Event()
         self.paused = threading.Event()  # re-armed by the parent, as YIELD
+        self.holdouts = threading.Event()  # answered once, between IDLE and READY
 
     def run(self) -> None:
         flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
                  IDLE: self.idle, PAUSE: self.paused}
-        signals = {WARM: self.warm, PUBLISH: self.published}  # news, not lock requests
+        # news and the holdouts request: not lock requests
+        signals = {WARM: self.warm, PUBLISH: self.published, HOLDOUTS: self.holdouts}
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
                 word = line.strip().decode("ascii", "replace")
@@ -299,47 +272,6 @@ def killpg(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def live_uid_processes(lo: int, hi: int) -> list[int]:
-    """Pids of live processes whose real uid is in [lo, hi)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            u = _proc_uid(entry)
-            if u is not None and lo <= u < hi:
-                out.append(int(entry))
-    return out
-
-
-def kill_uid(uid: int) -> None:
-    """Kill every process still running as the slot's uid (escaped process groups)."""
-    for _ in range(3):
-        found = False
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and _proc_uid(entry) == uid:
-                found = True
-                try:
-                    os.kill(int(entry), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        if not found:
-            return
-        time.sleep(0.05)
-
-
-def _proc_uid(pid: str) -> int | None:
-    """Real uid of a live process (None for zombies: already dead, awaiting a reaper)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                    return None
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 # ---------------------------------------------------------------------- dying with the verifier

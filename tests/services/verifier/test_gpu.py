@@ -64,3 +64,42 @@ def test_correct_kernels_pass_with_performance_measured() -> None:
     big = reports[0]
     assert big.roofline_fraction is not None and 0.05 < big.roofline_fraction < 1.2
     assert big.timings.spread is not None and big.timings.spread < 0.1
+
+
+# add_ok.py, looking for its holdout files in every call. Not a solution the static stage
+# would let through (`os`): the test runs it through candidate.run, which has none.
+LOOKING_FOR_HOLDOUTS = r"""
+import os as _os
+
+_HELD = {names!r}
+
+
+class ModelNew(ModelNew):
+    def forward(self, x, y):
+        here = _os.path.join(_os.getcwd(), "..", "inputs")  # the sandbox's inputs dir
+        seen = [n for n in _HELD if _os.path.exists(_os.path.join(here, n))]
+        if seen:
+            raise RuntimeError(f"holdout files visible to the candidate: {{seen}}")
+        return super().forward(x, y)
+"""
+
+
+def test_a_candidate_never_sees_its_holdout_files() -> None:
+    """The holdouts are in the inputs dir only while the harness reads them, between its
+    correctness calls and its timed runs (sandbox_supervise.HOLDOUTS)."""
+    from services.verifier import candidate
+    from services.verifier.core import Session
+
+    session = Session(GPU_OPTIONS, warm_slots=0)
+    try:
+        with session.bundle(problem_src("add")) as bundle:
+            names = bundle.meta["timing"]["holdout_files"]
+            assert names
+            src = (SOLUTIONS / "add_ok.py").read_text() + LOOKING_FOR_HOLDOUTS.format(
+                names=names)
+            out = candidate.run(src, bundle, GPU_OPTIONS, session.base, session.mode,
+                                session._gates("harness"))
+    finally:
+        session.close()
+    assert not out.failures, out.failures
+    assert out.timing and out.timing.get("holdout_ratio"), out.timing  # the holdouts ran

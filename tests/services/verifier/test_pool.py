@@ -70,3 +70,30 @@ def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) 
     reports = verify_many([(problem_src("add"), src)] * 2, options, workers=2)
     assert all(r.passed for r in reports), [r.reasons for r in reports]
     assert oct(private.stat().st_mode & 0o777) == "0o700"  # nothing widened the caller's dir
+
+
+def test_a_slot_gets_its_holdouts_only_through_the_handle(tmp_path: Path) -> None:
+    """Slot.load leaves the holdout files out of the sandbox's inputs dir; the handle
+    links them in (for the harness's request) and takes them away again (at READY)."""
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    for name in ("trial_0.pt", "holdout_0.pt", "holdout_1.pt"):
+        (bundle / name).write_bytes(name.encode())
+    base = W.make_base("")
+    pool = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, size=0)
+    try:
+        slot = pool.take()
+        held = slot.load("# solution", bundle, tmp_path / "no-cache",
+                         withhold=["holdout_0.pt", "holdout_1.pt"])
+        assert sorted(os.listdir(slot.inputs)) == ["trial_0.pt"]
+        held.give()
+        assert sorted(os.listdir(slot.inputs)) == ["holdout_0.pt", "holdout_1.pt", "trial_0.pt"]
+        assert (slot.inputs / "holdout_1.pt").read_bytes() == b"holdout_1.pt"
+        held.take()
+        assert sorted(os.listdir(slot.inputs)) == ["trial_0.pt"]
+        assert sorted(os.listdir(bundle)) == ["holdout_0.pt", "holdout_1.pt", "trial_0.pt"]
+        slot.close()
+    finally:
+        pool.close()
+        W.shutil.rmtree(base, ignore_errors=True)

@@ -168,7 +168,7 @@ print("parent done")
 
 def test_uids_are_exclusive_across_pools(tmp_path: Path) -> None:
     """Two verifier processes on one host never hand out the same uid (flock per uid)."""
-    from services.verifier.sandbox_supervise import UidPool
+    from services.verifier.sandbox_uids import UidPool
 
     a, b = UidPool(size=3, lock_dir=str(tmp_path)), UidPool(size=3, lock_dir=str(tmp_path))
     got = [a.acquire(), b.acquire(), a.acquire()]
@@ -311,7 +311,7 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
         started.append(time.monotonic())
         p.wait()
 
-    others = sandbox.S._others(sandbox.S.UID_BASE)
+    others = sandbox.S._others(sandbox.U.UID_BASE)
     with pytest.raises(RuntimeError), sandbox.S.others_paused(others):
         t = threading.Thread(target=start)
         t.start()
@@ -432,3 +432,53 @@ def test_an_idle_child_holds_no_lock_until_it_asks_for_its_timed_phase(base: Pat
     res, waited = _timed_phase_meanwhile(base, IDLE_CHILD, 0.8)  # idle after 0.2 s
     assert waited < 0.3, f"the timed phase waited {waited:.2f} s for an idle child"
     assert res.phase_s["idle"] > 1.0 and "exclusive" in res.phase_s
+
+
+# The harness's way with its holdouts: it asks for them after IDLE and reads them before
+# READY; it reports what its inputs dir holds at each step.
+HOLDOUT_CHILD = GATED_CHILD + r"""
+def seen(step, *extra):
+    names = sorted(os.listdir(os.path.join(os.getcwd(), "..", "inputs")))
+    print(step, names, *extra, flush=True)
+seen("calls")
+gate("KZ-SHARED")
+seen("shared")
+ctrl.write("KZ-IDLE\n")
+seen("idle")
+gate("KZ-HOLDOUTS")
+with open(os.path.join(os.getcwd(), "..", "inputs", "holdout_0.pt")) as f:
+    seen("asked", f.read())
+gate("KZ-READY")
+seen("timed")
+ctrl.write("KZ-DONE\n")
+"""
+
+
+def test_holdouts_are_seen_only_between_the_request_and_ready(base: Path) -> None:
+    """A candidate could precompute holdout outputs in its untimed calls if it could read
+    their files: they are linked in at the harness's request (after IDLE: only harness code
+    runs) and gone before GO for the timed runs."""
+    from services.verifier.pool import Withheld
+
+    bundle = base / "bundle"
+    bundle.mkdir()
+    (bundle / "holdout_0.pt").write_text("new-inputs")
+    proc, gates = _gated_process(base, HOLDOUT_CHILD)
+    res = proc.finish(b"{}\n", gates, Withheld((bundle / "holdout_0.pt",), base / "inputs"))
+    assert not res.timed_out and res.returncode == 0, res.describe()
+    assert res.stdout_tail.splitlines() == [
+        "calls []", "shared []", "idle []", "asked ['holdout_0.pt'] new-inputs", "timed []"]
+    assert "idle" in res.phase_s and "exclusive" in res.phase_s
+
+
+def test_a_child_that_never_asks_gets_no_holdouts(base: Path) -> None:
+    """The reference worker (and a harness without holdouts) goes from IDLE to READY."""
+    from services.verifier.pool import Withheld
+
+    (base / "bundle").mkdir()
+    (base / "bundle" / "holdout_0.pt").write_text("new-inputs")
+    proc, gates = _gated_process(base, IDLE_CHILD)
+    res = proc.finish(b"{}\n", gates, Withheld((base / "bundle" / "holdout_0.pt",),
+                                               base / "inputs"))
+    assert not res.timed_out and res.ready_seen, res.describe()
+    assert not os.listdir(base / "inputs")
