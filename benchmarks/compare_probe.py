@@ -5,8 +5,12 @@
 For fp32 outputs of 256 MB and 1 GB: the comparison on the host's CPU at 1/4/8/16 torch
 threads, and on the GPU, split into copying the output and its reference from pageable
 host memory to the device and the comparison itself. The parent holds the shared GPU lock
-for both GPU parts (candidate._compare_device). Prints a table; writes DIR/compare_probe.json.
-Skips without CUDA. Notes: verifier_notes.md, eleventh session, call 4.
+for both GPU parts (compare_device.where). Then the verifier's own path for an output
+read back from a record (mapped, as records.read does): the lock-free page-locked copy
+(compare_device.Stager, twice: the first allocates, the second reuses the cached block)
+and the copy to the device that is left under the lock, against the same record's
+pageable copy. Prints a table; writes DIR/compare_probe.json. Skips without CUDA. Notes:
+verifier_notes.md, eleventh session, call 4, and twelfth session.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from services.verifier import records  # noqa: E402
+from services.verifier.compare_device import Stager  # noqa: E402
 from services.verifier.numerics import Tol, compare  # noqa: E402
 
 TOL = Tol(1e-4, 1e-4, 1e-4)
@@ -47,6 +54,32 @@ def _gpu(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return copy, time.perf_counter() - t
 
 
+def _timed(fn) -> float:  # type: ignore[no-untyped-def]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def _staged(out: torch.Tensor, tmp: Path) -> dict[str, float]:
+    """The verifier's path for `out` as a candidate's record (compare_device.where)."""
+    records.write(str(tmp), "call_0", {"outputs": [out], "inputs_after": None})
+    row = {}
+    for name in ("first", "again"):  # the first allocates page-locked memory, then reused
+        data = records.read(tmp, "call_0", 1 << 40)  # freshly mapped each time
+        t = time.perf_counter()
+        with Stager(4 << 30).stage([data]) as staged:
+            row[f"stage_{name}_s"] = round(time.perf_counter() - t, 4)
+            copy = staged[0][0] if staged[0] else None
+            assert copy is not None and copy.is_pinned(), "no page-locked copy"
+            row[f"h2d_pinned_{name}_s"] = round(_timed(
+                lambda: copy.to("cuda", non_blocking=True)), 4)
+    data = records.read(tmp, "call_0", 1 << 40)
+    row["h2d_record_pageable_s"] = round(_timed(lambda: data["outputs"][0].to("cuda")), 4)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, default=None)
@@ -62,6 +95,8 @@ def main() -> int:
                                      for k in (1, 4, 8, 16)}}
         copy, cmp = _gpu(out, ref)
         row.update(gpu_copy_out_and_ref_s=round(copy, 4), gpu_compare_s=round(cmp, 4))
+        with tempfile.TemporaryDirectory() as tmp:
+            row.update(_staged(out, Path(tmp)))
         rows.append(row)
     print(" | ".join(rows[0]))
     for row in rows:

@@ -17,13 +17,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from services.verifier import compare_device as C
 from services.verifier import perf
 from services.verifier import policy as P
 from services.verifier import records
@@ -107,40 +108,6 @@ def _step(steps: dict[str, float], name: str) -> Iterator[None]:
         steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
 
 
-# Outputs up to this size are compared on the parent's CPU even on a GPU host, with no lock:
-# ~4-10 ms of CPU for 1M elements (2-core dev box), against a median 1.25 s that a judgement
-# waited for the shared GPU lock over its ~10 comparisons in an H200 batch. The largest
-# shape's outputs (16M fp32 elements: ~0.3 s of CPU) still go to the GPU.
-CPU_COMPARE_BYTES = 4 << 20
-
-
-def _output_bytes(data: Any) -> int:
-    """Bytes of the plain tensors among a loaded call's outputs (0 for anything else)."""
-    outs = data.get("outputs") if isinstance(data, dict) else None
-    if not isinstance(outs, list):
-        return 0
-    return sum(o.numel() * o.element_size() for o in outs if type(o) is torch.Tensor)
-
-
-@contextmanager
-def _compare_device(options: VerifyOptions, gates: sandbox.Gates | None,
-                    steps: dict[str, float], nbytes: int) -> Iterator[str]:
-    """Where the parent compares `nbytes` of outputs with references: on a GPU host the GPU
-    itself for large outputs (a 256 MB fp32 output costs ~1 s of the host's CPU to compare,
-    ~1 ms of the GPU's), under the shared lock so that no comparison runs while another
-    candidate is being timed; small ones on the CPU (CPU_COMPARE_BYTES). Taken per call,
-    not for a whole judgement: a timed phase waits for every shared holder to finish, and
-    one judgement held it for 1.0-1.8 s in a busy H200 batch (the parent's 12 threads share
-    one interpreter)."""
-    if options.device != "cuda" or nbytes <= CPU_COMPARE_BYTES:
-        yield "cpu"
-        return
-    t0 = time.monotonic()
-    with gates.shared("compare") if gates is not None else nullcontext():
-        steps["judge_lock_wait"] = steps.get("judge_lock_wait", 0.0) + time.monotonic() - t0
-        yield "cuda"
-
-
 def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dict[str, Any]:
     meta = bundle.meta
     job: dict[str, Any] = {
@@ -202,14 +169,14 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
             if data is None and not o.failures:
                 o.fail("output", f"call {i}: no readable outputs")
             if data is not None:
-                with _compare_device(options, gates, steps, _output_bytes(data)) as dev:
+                with C.where(options, gates, steps, [data]) as (dev, staged):
                     _check_call(o, data, i, bundle, f"call {i} ({_where(bundle, i)})",
-                                expect_inputs=bool(call.get("save_inputs")), device=dev)
+                                expect_inputs=bool(call.get("save_inputs")), device=dev,
+                                staged=staged[0])
         if not o.failures and job.get("timing"):
-            with _compare_device(options, gates, steps,
-                                 sum(map(_output_bytes, timed + held))) as dev:
-                _check_timing(o, timed, report, bundle, dev)
-                _check_holdouts(o, held, report, bundle, dev)
+            with C.where(options, gates, steps, timed + held) as (dev, staged):
+                _check_timing(o, timed, report, bundle, dev, staged[:len(timed)])
+                _check_holdouts(o, held, report, bundle, dev, staged[len(timed):])
     return o
 
 
@@ -253,7 +220,10 @@ def _stage_msg(err: Any) -> tuple[str, str]:
 
 
 def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: str,
-                expect_inputs: bool = False, device: str = "cpu") -> None:
+                expect_inputs: bool = False, device: str = "cpu",
+                staged: list[Any] | None = None) -> None:
+    """Call `i`'s record against its references; `staged`: page-locked copies of its
+    outputs (compare_device.Stager), compared in their place once their checks pass."""
     refs, his = bundle.refs_on(device, i)
     inputs = bundle.inputs[i]
     after = data.get("inputs_after") if isinstance(data, dict) else None
@@ -281,7 +251,8 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
             continue
         tol = bundle.tol_for(ref.dtype)
         # Same-dtype or float64-derived reference: a more accurate kernel must pass too.
-        cmp = compare_refs(out.to(device), ref, hi, tol or _EXACT)
+        same = staged[j] if staged and j < len(staged) and staged[j] is not None else out
+        cmp = compare_refs(same.to(device, non_blocking=True), ref, hi, tol or _EXACT)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
             named = _name_it(o, out, inputs, i)
@@ -335,7 +306,7 @@ def _same_bits(a: Any, b: Any) -> bool:
 
 
 def _check_timing(o: Outcome, timed: list[Any], report: dict[str, Any],
-                  bundle: ReferenceBundle, device: str) -> None:
+                  bundle: ReferenceBundle, device: str, staged: list[Any]) -> None:
     stats = report.get("timing")
     med = stats.get("median_ms") if isinstance(stats, dict) else None
     if (not isinstance(stats, dict) or not isinstance(med, (int, float))
@@ -346,12 +317,12 @@ def _check_timing(o: Outcome, timed: list[Any], report: dict[str, Any],
     why = stats.get("retried")  # the timer's reasons for retrying: diagnostics only
     if isinstance(why, list):
         o.timing["retried"] = [str(w)[:8] for w in why[:4]]
-    _check_runs(o, bundle.meta["timing"]["trial_indices"], timed, bundle, device, "timed run",
-                " (output changed in timed runs)")
+    _check_runs(o, bundle.meta["timing"]["trial_indices"], timed, staged, bundle, device,
+                "timed run", " (output changed in timed runs)")
 
 
-def _check_runs(o: Outcome, indices: list[int], outputs: list[Any], bundle: ReferenceBundle,
-                device: str, name: str, note: str = "") -> None:
+def _check_runs(o: Outcome, indices: list[int], outputs: list[Any], staged: list[Any],
+                bundle: ReferenceBundle, device: str, name: str, note: str = "") -> None:
     """The saved outputs of runs in the timed phase, against trials `indices`; every failure
     is a timing one (with `note` added)."""
     for k, (ti, data) in enumerate(zip(indices, outputs)):
@@ -359,13 +330,13 @@ def _check_runs(o: Outcome, indices: list[int], outputs: list[Any], bundle: Refe
         if data is None:
             o.fail("timing", f"{name} {k}: no readable outputs")
             continue
-        _check_call(o, data, ti, bundle, f"{name} {k}", device=device)
+        _check_call(o, data, ti, bundle, f"{name} {k}", device=device, staged=staged[k])
         for n in range(before, len(o.failures)):
             o.failures[n] = ("timing", o.failures[n][1] + note)
 
 
 def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
-                    bundle: ReferenceBundle, device: str) -> None:
+                    bundle: ReferenceBundle, device: str, staged: list[Any]) -> None:
     """Holdout runs (new inputs of the timed shape, each timed once: reference_worker
     ._holdouts): outputs checked as the timed runs' are, and their time bounds the
     reported one from below (perf.holdout_floor)."""
@@ -377,7 +348,7 @@ def _check_holdouts(o: Outcome, held: list[Any], report: dict[str, Any],
             isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ms)):
         o.fail("timing", "no valid time for the holdout runs (new inputs, timed once)")
         return
-    _check_runs(o, indices, held, bundle, device, "holdout run",
+    _check_runs(o, indices, held, staged, bundle, device, "holdout run",
                 " (new inputs, timed once)")
     median, ratio, reason = perf.holdout_floor(o.timing["median_ms"], ms)
     o.timing["holdout_ratio"] = round(ratio, 4)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from services.verifier import candidate
+from services.verifier import compare_device as C
 from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
 from services.verifier.reference import ReferenceBundle
@@ -48,8 +49,7 @@ def test_small_outputs_are_compared_on_the_cpu_without_the_gpu_lock(
         device: str, n: int, expect: str, locks: int) -> None:
     gates, steps = _CountingGates(), {}  # type: ignore[var-annotated]
     data = _call(torch.empty(n, dtype=torch.float32))
-    with candidate._compare_device(VerifyOptions(device=device), gates, steps,  # type: ignore[arg-type]
-                                   candidate._output_bytes(data)) as dev:
+    with C.where(VerifyOptions(device=device), gates, steps, [data]) as (dev, _):  # type: ignore[arg-type]
         assert dev == expect
     assert gates.shared_taken == locks and ("judge_lock_wait" in steps) == bool(locks)
     assert gates.kinds == ({"compare"} if locks else set())  # counted apart from the harness
@@ -60,10 +60,31 @@ def test_output_bytes_count_plain_tensors_only() -> None:
         pass
 
     big = torch.empty(1 << 10, dtype=torch.float16)
-    assert candidate._output_bytes(_call(big, big)) == 2 * 2048
-    assert candidate._output_bytes(_call(big, big.as_subclass(Sub), 3)) == 2048
-    assert candidate._output_bytes({"outputs": "junk"}) == 0
-    assert candidate._output_bytes(None) == 0
+    assert C.output_bytes(_call(big, big)) == 2 * 2048
+    assert C.output_bytes(_call(big, big.as_subclass(Sub), 3)) == 2048
+    assert C.output_bytes({"outputs": "junk"}) == 0
+    assert C.output_bytes(None) == 0
+
+
+def test_staging_holds_its_budget_and_gives_it_back() -> None:
+    """Page-locked copies for the GPU compare are made within one byte budget: a record
+    that does not fit is compared from where it is; the budget comes back after use."""
+    stager = C.Stager(budget=3 * 4096)
+    two, junk = _call(torch.ones(1024), torch.ones(1024)), {"outputs": "junk"}
+    with stager.stage([two, junk]) as staged:
+        assert stager._left == 4096 and len(staged) == 2
+        assert len(staged[0]) == 2 and staged[1] == []  # one entry per output, in order
+        with stager.stage([two]) as over:  # 8 KiB more: over the budget
+            assert over == [None] and stager._left == 4096
+    assert stager._left == 3 * 4096
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_staged_outputs_are_page_locked_copies() -> None:
+    out = torch.randn(64, 33).t()  # not contiguous: the copy keeps the values
+    with C.Stager(budget=1 << 20).stage([_call(out, 3)]) as staged:
+        copy, none = staged[0]
+        assert none is None and copy.is_pinned() and torch.equal(copy, out)
 
 
 def _bundle_with_holdouts() -> ReferenceBundle:
@@ -94,7 +115,7 @@ def test_holdout_runs_bound_the_reported_time_from_below(
     bundle, o = _bundle_with_holdouts(), candidate.Outcome()
     o.timing = {"median_ms": 1.0}
     candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": holdout_ms}},
-                              bundle, "cpu")
+                              bundle, "cpu", [None, None])
     assert not o.failures and o.timing["median_ms"] == pytest.approx(median)
     assert o.timing.get("holdout_raised", False) == raised
 
@@ -103,7 +124,7 @@ def test_a_cache_by_input_contents_is_rejected_by_its_holdout_runs() -> None:
     bundle, o = _bundle_with_holdouts(), candidate.Outcome()
     o.timing = {"median_ms": 0.45}  # the timed runs, served from a cache (H200: 2.2-3.9x)
     candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": [1.0, 1.02]}},
-                              bundle, "cpu")
+                              bundle, "cpu", [None, None])
     assert o.failures and o.failures[0][0] == "timing"
     assert "outputs cached by input contents" in o.failures[0][1]
 
@@ -118,7 +139,7 @@ def test_holdout_runs_must_be_timed_and_correct(report: dict[str, object],
                                                 held_wrong: int | None, expect: str) -> None:
     bundle, o = _bundle_with_holdouts(), candidate.Outcome()
     o.timing = {"median_ms": 1.0}
-    candidate._check_holdouts(o, _held(bundle, held_wrong), report, bundle, "cpu")
+    candidate._check_holdouts(o, _held(bundle, held_wrong), report, bundle, "cpu", [None, None])
     assert o.failures and o.failures[0][0] == "timing" and expect in o.failures[0][1]
 
 
