@@ -160,7 +160,8 @@ class RefSlot:
         W.populate(self.work, {"reference_worker.py": W.PKG / "reference_worker.py",
                                "kz_numerics.py": W.PKG / "numerics.py",
                                "kz_hi.py": W.PKG / "reference_hi.py",
-                               "kz_timing.py": W.PKG / "timing.py"})
+                               "kz_timing.py": W.PKG / "timing.py",
+                               "kz_timing_stats.py": W.PKG / "timing_stats.py"})
         view = M.View(str(self.work), str(self.empty), str(self.cache), options.device)
         self.inside = sandbox.inside_view(mode, view)
         limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,

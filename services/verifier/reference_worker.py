@@ -5,7 +5,8 @@ outputs with Model, applies the trivial-solution gate, computes a float64
 reference where it can (kz_hi), times Model/ModelOpt on CUDA, and writes
 everything to its private work dir. The parent moves the inputs
 to a read-only dir candidates see and keeps the references in its own memory.
-Standalone (torch only): kz_numerics, kz_hi and kz_timing are copied next to it.
+Standalone (torch only): kz_numerics, kz_hi, kz_timing (and its kz_timing_stats) are
+copied next to it.
 """
 
 from __future__ import annotations
