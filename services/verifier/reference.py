@@ -158,6 +158,7 @@ class RefSlot:
             W.copy_tree(self.shared, self.cache)
         self.empty = W.new_dir(base, "noinputs")
         W.populate(self.work, {"reference_worker.py": W.PKG / "reference_worker.py",
+                               "kz_problem_api.py": W.PKG / "reference_problem.py",
                                "kz_numerics.py": W.PKG / "numerics.py",
                                "kz_hi.py": W.PKG / "reference_hi.py",
                                "kz_timing.py": W.PKG / "timing.py",
