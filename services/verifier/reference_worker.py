@@ -53,7 +53,6 @@ _SEEDS = iter(JOB["seeds"])
 # are written at once, in the trial's lock-free tail: _pause).
 _PENDING: list[tuple[object, str]] = []
 _PENDING_MAX = 2 << 30
-PUBLISHED = "published.json"  # META up to the trials (see _publish)
 _KEPT_INPUTS: dict[str, list] = {}  # trial file name -> its inputs (the timed runs use them)
 # Seconds per step of the trials, summed over them (diagnostics: where a bundle's time goes;
 # `host`: the lock-free host copies and saves, `yield`: the wait for the GPU lock)
@@ -245,16 +244,16 @@ def _plan() -> dict:
 
 def _publish() -> None:
     """Hand the parent the bundle's correctness part before the baselines are timed: the
-    trial files and PUBLISHED (this META so far). Candidates need only these, and the
+    trial files and JOB["published"] (this META so far). Candidates need only these, and the
     baseline timing waits for the exclusive GPU lock (a whole bundle's 1-4 s on the H200,
     the first verdicts of a batch waiting behind it). The files are written lock-free."""
     if JOB.get("gated"):
         _CTRL.write("KZ-IDLE\n")
     _flush()
-    tmp = os.path.join(JOB["work"], PUBLISHED + ".tmp")
+    tmp = os.path.join(JOB["work"], JOB["published"] + ".tmp")
     with open(tmp, "w") as f:
         json.dump(META, f, default=str)
-    os.rename(tmp, os.path.join(JOB["work"], PUBLISHED))
+    os.rename(tmp, os.path.join(JOB["work"], JOB["published"]))
     _CTRL.write("KZ-PUBLISH\n")
 
 
