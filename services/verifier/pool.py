@@ -37,7 +37,7 @@ from services.verifier.options import VerifyOptions
 # static policy keeps candidates from reaching (policy.REFERENCE_NAMES).
 HARNESS_FILES = {"harness.py": "harness.py", "kz_checks.py": "harness_checks.py",
                  "kz_records.py": "records.py", "kz_trace.py": "harness_trace.py",
-                 "kz_timing.py": "timing.py"}
+                 "kz_timing.py": "timing.py", "kz_timing_stats.py": "timing_stats.py"}
 
 
 @dataclass(frozen=True)

@@ -158,9 +158,11 @@ class RefSlot:
             W.copy_tree(self.shared, self.cache)
         self.empty = W.new_dir(base, "noinputs")
         W.populate(self.work, {"reference_worker.py": W.PKG / "reference_worker.py",
+                               "kz_problem_api.py": W.PKG / "reference_problem.py",
                                "kz_numerics.py": W.PKG / "numerics.py",
                                "kz_hi.py": W.PKG / "reference_hi.py",
-                               "kz_timing.py": W.PKG / "timing.py"})
+                               "kz_timing.py": W.PKG / "timing.py",
+                               "kz_timing_stats.py": W.PKG / "timing_stats.py"})
         view = M.View(str(self.work), str(self.empty), str(self.cache), options.device)
         self.inside = sandbox.inside_view(mode, view)
         limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,
@@ -212,7 +214,7 @@ def build(problem_src: str, options: VerifyOptions, base: Path, mode: str,
 def _job(slot: RefSlot, options: VerifyOptions, timing: bool, measure_peak: bool,
          gates: sandbox.Gates | None, tols: dict[str, Tol], meta_lit: dict) -> dict:
     return {"device": options.device, "work": slot.inside.work, "nonce": uuid.uuid4().hex,
-            "gated": gates is not None,
+            "gated": gates is not None, "published": PUBLISHED,
             "trials": options.trials, "max_shapes": options.max_shapes,
             "seeds": [_seed() for _ in range(64 + 8 * options.trials * options.max_shapes)],
             "tolerances": {k: [t.atol, t.rtol, t.rel_norm] for k, t in tols.items()},
@@ -321,7 +323,7 @@ class _Run:
 
 # What the final meta adds to a published bundle's (the worker's timing step and after).
 _FINAL_KEYS = ("timing", "peak", "steps_s")
-PUBLISHED = "published.json"  # reference_worker.PUBLISHED
+PUBLISHED = "published.json"  # META up to the trials: the worker's file (its JOB names it)
 
 
 def _collect(work: Path, meta: dict[str, Any], problem: tuple[dict[str, Tol], str | None, dict],

@@ -5,12 +5,12 @@ outputs with Model, applies the trivial-solution gate, computes a float64
 reference where it can (kz_hi), times Model/ModelOpt on CUDA, and writes
 everything to its private work dir. The parent moves the inputs
 to a read-only dir candidates see and keeps the references in its own memory.
-Standalone (torch only): kz_numerics, kz_hi and kz_timing are copied next to it.
+Standalone (torch only): kz_problem_api, kz_numerics, kz_hi, kz_timing (and its
+kz_timing_stats) are copied next to it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -22,7 +22,7 @@ from typing import Any
 # Control pipe to the parent (READY/DONE): the candidate's prints cannot forge it.
 _CTRL = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 _T0 = time.monotonic()
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_numerics, kz_hi, ...
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_problem_api, kz_hi, ...
 
 # Start-up before the job, so the parent can start this process before it has a problem
 # (services/verifier/reference.py keeps one warm): torch, and on a GPU host the CUDA context.
@@ -33,6 +33,7 @@ import torch  # noqa: E402
 getattr(torch.serialization, "set_crc32_options", lambda _: None)(False)
 from kz_hi import HiReference  # noqa: E402
 from kz_numerics import Tol, trivial_matches  # noqa: E402
+from kz_problem_api import build, dims, flatten, load, select_shapes, set_dims  # noqa: E402
 
 if torch.cuda.is_available():
     torch.empty(1, device="cuda")
@@ -52,7 +53,6 @@ _SEEDS = iter(JOB["seeds"])
 # are written at once, in the trial's lock-free tail: _pause).
 _PENDING: list[tuple[object, str]] = []
 _PENDING_MAX = 2 << 30
-PUBLISHED = "published.json"  # META up to the trials (see _publish)
 _KEPT_INPUTS: dict[str, list] = {}  # trial file name -> its inputs (the timed runs use them)
 # Seconds per step of the trials, summed over them (diagnostics: where a bundle's time goes;
 # `host`: the lock-free host copies and saves, `yield`: the wait for the GPU lock)
@@ -82,38 +82,6 @@ def _flush() -> None:
     _PENDING.clear()
 
 
-def _load_problem() -> object:
-    spec = importlib.util.spec_from_file_location("kz_problem", os.path.join(JOB["work"],
-                                                                             "problem.py"))
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    mod.KZ_DEVICE = DEVICE  # type: ignore[attr-defined]
-    spec.loader.exec_module(mod)
-    mod.KZ_DEVICE = DEVICE  # type: ignore[attr-defined]
-    return mod
-
-
-def _select_shapes(mod: object) -> list[dict]:
-    shapes = list(getattr(mod, "KZ_SHAPES", None) or [{}])
-    k = JOB["max_shapes"]
-    if len(shapes) <= k:
-        return shapes
-    idx = sorted({round(i * (len(shapes) - 1) / (k - 1)) for i in range(k)})
-    return [shapes[i] for i in idx]
-
-
-def _dims(mod: object) -> dict[str, int]:
-    return {k: v for k, v in vars(mod).items()
-            if type(v) is int and not k.startswith("_") and k.isidentifier()}
-
-
-def _flatten(out: object) -> list[torch.Tensor]:
-    outs = [out] if isinstance(out, torch.Tensor) else list(out)  # type: ignore[call-overload]
-    if not all(isinstance(o, torch.Tensor) for o in outs):
-        raise TypeError("Model.forward must return a tensor or a tuple of tensors")
-    return outs
-
-
 def _scaled(inputs: list[object], exp: int) -> list[object]:
     # Powers of two keep every float exactly representable (barring overflow).
     return [x * (2.0 ** exp) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
@@ -126,7 +94,7 @@ def _tol(t: torch.Tensor) -> Tol:
 
 
 # Model's float64 result where it refines the same-dtype one (kz_hi: what, and its limits)
-HI = HiReference(float(JOB.get("hi_budget_s", 0.0)), DEVICE, _tol, _flatten)
+HI = HiReference(float(JOB.get("hi_budget_s", 0.0)), DEVICE, _tol, flatten)
 
 
 def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
@@ -144,7 +112,7 @@ def _draw(mod: Any, model: torch.nn.Module, exp: int) -> tuple[int, list, list]:
     # float64 run) as they were.
     run = [x.clone() if isinstance(x, torch.Tensor) else x for x in dev]
     with torch.no_grad():
-        refs = [r.detach() for r in _flatten(model(*run))]
+        refs = [r.detach() for r in flatten(model(*run))]
     if DEVICE == "cuda":
         HI.peak = torch.cuda.max_memory_allocated() - base
     del run
@@ -213,28 +181,17 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
         META["shapes"][s]["output_bytes"] = sum(r.numel() * r.element_size() for r in refs)
 
 
-def _build(mod: object, cls_name: str, init: list, seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return getattr(mod, cls_name)(*init).to(DEVICE)
-
-
-def _set_dims(mod: object, overrides: dict) -> None:
-    """Set a shape's dims on the problem module: get_inputs/get_init_inputs read them."""
-    for k, v in overrides.items():
-        setattr(mod, k, v)
-
-
 def _shape(mod: object, s: int, overrides: dict) -> torch.nn.Module:
-    _set_dims(mod, overrides)
+    set_dims(mod, overrides)
     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
     init_seed = next(_SEEDS)
-    model = _build(mod, "Model", init, init_seed).eval()
+    model = build(mod, "Model", init, init_seed, DEVICE).eval()
     torch.save(init, os.path.join(JOB["work"], "inputs", f"init_{s}.pt"))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     state_file = f"state_{s}.pt" if state else None
     if state_file:
         torch.save(state, os.path.join(JOB["work"], "inputs", state_file))
-    META["shapes"].append({"overrides": overrides, "dims": _dims(mod), "init_file": f"init_{s}.pt",
+    META["shapes"].append({"overrides": overrides, "dims": dims(mod), "init_file": f"init_{s}.pt",
                            "init_seed": init_seed, "state_file": state_file})
     return model
 
@@ -243,7 +200,7 @@ def _baselines(mod: object, s: int, model: torch.nn.Module) -> dict:
     opt = None
     if hasattr(mod, "ModelOpt"):
         init = torch.load(os.path.join(JOB["work"], "inputs", f"init_{s}.pt"), weights_only=True)
-        opt = _build(mod, "ModelOpt", init, META["shapes"][s]["init_seed"]).eval()
+        opt = build(mod, "ModelOpt", init, META["shapes"][s]["init_seed"], DEVICE).eval()
         if model.state_dict():
             opt.load_state_dict(model.state_dict(), strict=False)
     return {"naive": model, "optimized": opt}
@@ -264,7 +221,7 @@ def _holdouts(mod: object, models: dict[int, torch.nn.Module]) -> bool:
     if not _resume():
         return False
     s = _timing_shape()
-    _set_dims(mod, META["shapes"][s]["overrides"])
+    set_dims(mod, META["shapes"][s]["overrides"])
     hi = HI.model(models[s])
     for h in range(int(JOB["timing"].get("holdouts", 0))):
         if not _resume():
@@ -287,16 +244,16 @@ def _plan() -> dict:
 
 def _publish() -> None:
     """Hand the parent the bundle's correctness part before the baselines are timed: the
-    trial files and PUBLISHED (this META so far). Candidates need only these, and the
+    trial files and JOB["published"] (this META so far). Candidates need only these, and the
     baseline timing waits for the exclusive GPU lock (a whole bundle's 1-4 s on the H200,
     the first verdicts of a batch waiting behind it). The files are written lock-free."""
     if JOB.get("gated"):
         _CTRL.write("KZ-IDLE\n")
     _flush()
-    tmp = os.path.join(JOB["work"], PUBLISHED + ".tmp")
+    tmp = os.path.join(JOB["work"], JOB["published"] + ".tmp")
     with open(tmp, "w") as f:
         json.dump(META, f, default=str)
-    os.rename(tmp, os.path.join(JOB["work"], PUBLISHED))
+    os.rename(tmp, os.path.join(JOB["work"], JOB["published"]))
     _CTRL.write("KZ-PUBLISH\n")
 
 
@@ -308,7 +265,7 @@ def _timing(mod: object, models: dict[int, torch.nn.Module]) -> None:
     s = out["shape_index"]
     sets = [[_dev(x) for x in _KEPT_INPUTS[META["trials"][i]["file"]]]
             for i in out["trial_indices"]]
-    _set_dims(mod, META["shapes"][s]["overrides"])
+    set_dims(mod, META["shapes"][s]["overrides"])
     baselines = _baselines(mod, s, models[s])
     timer = Timer(spec["flush_bytes"], spec.get("adaptive_shadow", True))
     if not _gate("KZ-READY"):
@@ -375,7 +332,7 @@ def _gate(word: str) -> bool:
 def main() -> None:
     os.makedirs(os.path.join(JOB["work"], "inputs"), exist_ok=True)
     os.makedirs(os.path.join(JOB["work"], "ref"), exist_ok=True)
-    mod = _load_problem()
+    mod = load(JOB["work"], DEVICE)
     META["meta"] = getattr(mod, "KZ_META", None)
     META["has_opt"] = hasattr(mod, "ModelOpt")
     if DEVICE == "cuda":
@@ -383,7 +340,7 @@ def main() -> None:
     models = {}
     if not _gate("KZ-SHARED"):
         return
-    for s, overrides in enumerate(_select_shapes(mod)):
+    for s, overrides in enumerate(select_shapes(mod, JOB["max_shapes"])):
         if not _resume():
             return
         models[s] = _shape(mod, s, dict(overrides))

@@ -11,12 +11,14 @@ that would let a candidate tamper with the harness.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from services.verifier import policy as P
-from services.verifier.static_scope import TensorScope, collect_self_tensor_attrs, parse
+from services.verifier.static_scope import (TensorScope, bound_names, collect_self_tensor_attrs,
+                                             is_constant_assign, parse)
 
 TENSOR_METHOD_NAMES = frozenset(n for n in dir(torch.Tensor) if not n.startswith("_"))
 COMPUTE_METHODS = TENSOR_METHOD_NAMES - P.ALLOWED_TENSOR_METHODS
@@ -45,20 +47,42 @@ class StaticResult:
 
 
 def check_solution(src: str, policy: str = P.DEFAULT_POLICY) -> StaticResult:
-    """Check a solution's source against `policy`; never raises on bad input."""
+    """Check a solution's source against `policy`; never raises on bad input. Memoised:
+    verify_batch checks each candidate twice (its bundle prefetcher, then its worker)."""
     if policy not in P.POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {P.POLICIES}")
+    try:
+        result = _checked(src, policy)
+    except _Momentary as exc:
+        return exc.result
+    return replace(result, reasons=list(result.reasons))  # the memo's own list stays as it is
+
+
+class _Momentary(Exception):
+    """A verdict that depends on the moment, not on the source alone (the host's free
+    memory, the caller's stack depth): raised through the memo, which keeps no exceptions."""
+
+    def __init__(self, result: StaticResult) -> None:
+        self.result = result
+
+
+# Bounded: the memo keeps up to 1024 sources alive (the extractor caps one at 100k chars).
+@functools.lru_cache(maxsize=1024)
+def _checked(src: str, policy: str) -> StaticResult:
     try:
         tree = parse(src)
     except SyntaxError as exc:
         return StaticResult(False, [f"line {exc.lineno}: syntax error: {exc.msg}"])
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except ValueError as exc:
         return StaticResult(False, [f"unparsable source: {type(exc).__name__}"])
+    except (RecursionError, MemoryError) as exc:
+        why = f"unparsable source: {type(exc).__name__}"
+        raise _Momentary(StaticResult(False, [why])) from None
     checker = _Checker(tree, library_rules=policy == "no_library_compute")
     try:
         checker.run()
     except RecursionError:
-        return StaticResult(False, ["source nests too deeply to analyse"])
+        raise _Momentary(StaticResult(False, ["source nests too deeply to analyse"])) from None
     return StaticResult(not checker.reasons, checker.reasons, tuple(sorted(checker.jit_names)))
 
 
@@ -144,13 +168,13 @@ class _Checker:
 
     def _collect_module_level(self) -> None:
         for node in ast.walk(self.tree):
-            for name in _bound_names(node):
+            for name in bound_names(node):
                 self.bound_anywhere.add(name)
         for stmt in self.tree.body:
-            self.module_names.update(_bound_names(stmt))
+            self.module_names.update(bound_names(stmt))
             self._note_jit(stmt)
-            if _is_constant_assign(stmt, self._resolve):
-                self.const_globals.update(_bound_names(stmt))
+            if is_constant_assign(stmt, self._resolve):
+                self.const_globals.update(bound_names(stmt))
         for node in ast.walk(self.tree):
             if isinstance(node, ast.FunctionDef) and any(
                 self._is_jit_decorator(d) for d in node.decorator_list
@@ -164,7 +188,7 @@ class _Checker:
                 for arg in stmt.value.args:
                     if isinstance(arg, ast.Name):
                         self.jit_names.add(arg.id)
-                self.jit_names.update(_bound_names(stmt))
+                self.jit_names.update(bound_names(stmt))
 
     def _is_jit_decorator(self, d: ast.expr) -> bool:
         target = d.func if isinstance(d, ast.Call) else d
@@ -366,33 +390,3 @@ def _safe_torch(path: str) -> bool:
            "torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.fx",
            "torch.library", "torch.overrides", "torch.testing")
     return not path.startswith(bad)
-
-
-def _bound_names(node: ast.AST) -> list[str]:
-    out: list[str] = []
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        out.append(node.name)
-    elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With)):
-        targets = (node.targets if isinstance(node, ast.Assign) else
-                   [i.optional_vars for i in node.items if i.optional_vars]
-                   if isinstance(node, ast.With) else [node.target])
-        for t in targets:
-            out.extend(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        out.extend((a.asname or a.name).split(".")[0] for a in node.names)
-    elif isinstance(node, ast.arg):
-        out.append(node.arg)
-    elif isinstance(node, ast.NamedExpr):
-        out.append(node.target.id)
-    return out
-
-
-def _is_constant_assign(stmt: ast.stmt, resolve) -> bool:  # type: ignore[no-untyped-def]
-    value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
-    if value is None:
-        return False
-    if isinstance(value, ast.Call) and resolve(value.func) in ("triton.language.constexpr",
-                                                               "triton.constexpr"):
-        value = value.args[0] if value.args else value
-    return all(isinstance(n, (ast.Constant, ast.Tuple, ast.UnaryOp, ast.USub, ast.Load,
-                              ast.BinOp, ast.operator)) for n in ast.walk(value))

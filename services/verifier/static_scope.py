@@ -1,4 +1,5 @@
-"""Lightweight "is this expression a tensor?" inference for host-code operator checks.
+"""Lightweight "is this expression a tensor?" inference for host-code operator checks,
+and the static checker's other AST helpers (the names a statement binds, the parse).
 
 It is deliberately conservative in the accepting direction: an expression is a
 tensor only when we can see it is one (an allocation, a view of a tensor, a
@@ -124,6 +125,40 @@ def collect_self_tensor_attrs(tree: ast.Module, resolve: Resolver) -> set[str]:
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             out.add(node.args[0].value)
     return out
+
+
+def bound_names(node: ast.AST) -> list[str]:
+    """The names `node` binds: a def or class, assignment/for/with targets, imports, an
+    argument, a walrus."""
+    out: list[str] = []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        out.append(node.name)
+    elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With)):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [i.optional_vars for i in node.items if i.optional_vars]
+                   if isinstance(node, ast.With) else [node.target])
+        for t in targets:
+            out.extend(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        out.extend((a.asname or a.name).split(".")[0] for a in node.names)
+    elif isinstance(node, ast.arg):
+        out.append(node.arg)
+    elif isinstance(node, ast.NamedExpr):
+        out.append(node.target.id)
+    return out
+
+
+def is_constant_assign(stmt: ast.stmt, resolve: Resolver) -> bool:
+    """Whether `stmt` assigns a constant (literals and arithmetic on them, maybe wrapped in
+    constexpr): a global that @triton.jit bodies may read."""
+    value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+    if value is None:
+        return False
+    if isinstance(value, ast.Call) and resolve(value.func) in ("triton.language.constexpr",
+                                                               "triton.constexpr"):
+        value = value.args[0] if value.args else value
+    return all(isinstance(n, (ast.Constant, ast.Tuple, ast.UnaryOp, ast.USub, ast.Load,
+                              ast.BinOp, ast.operator)) for n in ast.walk(value))
 
 
 _PARSE = threading.Lock()

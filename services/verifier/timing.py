@@ -1,7 +1,8 @@
 """GPU timer shared by the trusted reference worker and the sandboxed harness.
 
-Standalone on purpose (imports only torch): the harness copies this file into
-the sandbox, where the repo is not visible.
+Standalone on purpose (imports only torch, and its runs' records and statistics from
+timing_stats.py): the harness and the reference worker copy both into their sandboxes,
+as kz_timing.py and kz_timing_stats.py, where the repo is not visible.
 
 Each run: flush L2 (write a buffer >= 2x L2), record `start`, run, record `e1` on the
 current stream, synchronise the whole device, record `e2`. `e1 - start` is the
@@ -37,6 +38,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+if __package__:  # services.verifier.timing: the parent, tests, benchmarks
+    from services.verifier.timing_stats import Shadow, median, quantile, snapshot
+else:  # kz_timing in a sandbox, next to kz_timing_stats (never the repo's copy)
+    from kz_timing_stats import Shadow, median, quantile, snapshot  # type: ignore[no-redef]
 
 FLUSH_BYTES_DEFAULT = 256 << 20  # >= 2x the H200's 60 MB L2
 WARMUP_S = 0.025  # do_bench's time-based warm-up (25 ms): long enough for clocks to ramp
@@ -116,7 +122,7 @@ class Timer:
         self._pass_ms: float | None = None  # device time of one flush pass, calibrated once
         self._empty_host_ms = 0.0  # host time of a run around an empty function
         self._run_ms: float | None = None  # device time of one run of the timed fns (probe)
-        self.last_loop = _Shadow([], [])
+        self.last_loop = Shadow([], [])
         self.once_margin_ms: float | None = None  # last once(): shadow less host, tightest run
 
     def _events(self, n: int) -> list[Any]:
@@ -151,7 +157,7 @@ class Timer:
         self.sync()
         t1 = [self.elapsed(s, e) for s, e in zip(starts, e1s)]
         t2 = [self.elapsed(s, e) for s, e in zip(starts, e2s)]
-        self.last_loop = _Shadow([self.elapsed(a, b) for a, b in zip(f0s, starts)], host)
+        self.last_loop = Shadow([self.elapsed(a, b) for a, b in zip(f0s, starts)], host)
         return t1, t2, last
 
     def _back_to_back(self, fns: Sequence[Callable[[], Any]], runs: int) -> list[float]:
@@ -194,7 +200,7 @@ class Timer:
         """Size the shadow to outlast `host_ms` (per-run host launch times) by the margin."""
         if not self.adaptive or not host_ms or self._pass_ms is None or self._pass_ms <= 0:
             return
-        need = min(SHADOW_MARGIN * _quantile(host_ms, 0.9), MAX_SHADOW_MS)
+        need = min(SHADOW_MARGIN * quantile(host_ms, 0.9), MAX_SHADOW_MS)
         whole, rest = divmod(max(need, self._pass_ms) / self._pass_ms, 1.0)
         self.passes = int(whole)
         n = int(rest * self.flush.numel()) // 1024 * 1024
@@ -206,8 +212,8 @@ class Timer:
             self.passes, self.extra = 1, None
             self._loop([_noop], 5)
             self._loop([_noop], 31)
-            self._pass_ms = _median(self.last_loop.flush_ms)
-            self._empty_host_ms = _median(self.last_loop.host_ms)
+            self._pass_ms = median(self.last_loop.flush_ms)
+            self._empty_host_ms = median(self.last_loop.host_ms)
 
     def _expected_shadow_ms(self) -> float:
         part = self.extra.numel() / self.flush.numel() if self.extra is not None else 0.0
@@ -240,8 +246,8 @@ class Timer:
         prep = [f for p in self._prepare for f in (None, p)] if self._prepare else None
         t1, t2, last = self._loop(seq, 2 * runs, strict, prep)
         shadow = self.last_loop
-        self.last_loop = _Shadow(shadow.flush_ms[1::2], shadow.host_ms[1::2])
-        gap0 = _median([b - a for a, b in zip(t1[0::2], t2[0::2])])
+        self.last_loop = Shadow(shadow.flush_ms[1::2], shadow.host_ms[1::2])
+        gap0 = median([b - a for a, b in zip(t1[0::2], t2[0::2])])
         return t1[1::2], t2[1::2], gap0, last[1::2]
 
     def _synced(self, fns: Sequence[Callable[[], Any]], runs: int) -> tuple[Any, ...]:
@@ -249,9 +255,9 @@ class Timer:
         ratio to its calibrated time, whether work seemed to escape the current stream)."""
         t1, t2, gap0, last = self._paired(fns, runs)
         shadow = self.last_loop
-        excess = _median([b - a for a, b in zip(t1, t2)]) - gap0
-        shadow_ratio = _median(shadow.flush_ms) / max(self._expected_shadow_ms(), 1e-6)
-        side = excess > max(0.05 * _median(t1), 0.005) or shadow_ratio > SHADOW_SLOW
+        excess = median([b - a for a, b in zip(t1, t2)]) - gap0
+        shadow_ratio = median(shadow.flush_ms) / max(self._expected_shadow_ms(), 1e-6)
+        side = excess > max(0.05 * median(t1), 0.005) or shadow_ratio > SHADOW_SLOW
         return t1, t2, gap0, last, shadow, shadow_ratio, side
 
     def time(self, fns: Sequence[Callable[[], Any]], warmup: int, runs: int,
@@ -267,7 +273,7 @@ class Timer:
         best: dict[str, Any] | None = None
         medians: list[float] = []
         retried: list[str] = []  # why each attempt but the last was not good enough
-        self.last_loop = _Shadow([], [])  # launch times of another function do not carry over
+        self.last_loop = Shadow([], [])  # launch times of another function do not carry over
         self._run_ms = None  # nor does its run time
         self._prepare = prepare
         t0, cut = self.clock(), False
@@ -329,8 +335,8 @@ class Timer:
             # than the warm-up's (in an H200 batch 64-88% of the retries were for a late
             # host, each ~65 ms more of the exclusive lock); a few runs measure it.
             probe = self._paired(fns, PROBE_RUNS)[0]
-            self._run_ms = _median(probe)
-            self._fit_shadow(max(warm, self.last_loop.host_ms, key=lambda xs: _quantile(xs, 0.9)))
+            self._run_ms = median(probe)
+            self._fit_shadow(max(warm, self.last_loop.host_ms, key=lambda xs: quantile(xs, 0.9)))
         # else: the last attempt's shadow held its host; it was only spread out: keep it
         runs = self.budgeted(runs)
         t1, t2, gap0, last, shadow, shadow_ratio, side_stream = self._synced(fns, runs)
@@ -343,7 +349,7 @@ class Timer:
             if not again[-1]:
                 t1, t2, gap0, last, shadow, shadow_ratio, side_stream = again
         gaps = [b - a for a, b in zip(t1, t2)]
-        med1 = _median(t1)
+        med1 = median(t1)
         times, loop, b2b_med, n = t1, "synced", None, 0
         if side_stream:
             # Work escaped the current stream (and may have overlapped the flush):
@@ -354,70 +360,30 @@ class Timer:
             per_run_ms = med1 + self._expected_shadow_ms()
             n = max(runs, min(B2B_RUNS, int(B2B_S * 1e3 / max(per_run_ms, 1e-3))))
             b2b = self._back_to_back(fns, n)
-            b2b_med = _median(b2b)
+            b2b_med = median(b2b)
             if med1 <= b2b_med <= B2B_MAX * med1:
                 times, loop = b2b, "back_to_back"
-        med = _median(times)
+        med = median(times)
         return {
-            "median_ms": med, "p10_ms": _quantile(times, 0.1), "p90_ms": _quantile(times, 0.9),
-            "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / med if med > 0 else None,
+            "median_ms": med, "p10_ms": quantile(times, 0.1), "p90_ms": quantile(times, 0.9),
+            "spread": (quantile(times, 0.9) - quantile(times, 0.1)) / med if med > 0 else None,
             "runs": runs, "side_stream": side_stream, "stream_median_ms": med1,
             "side_stream_rechecked": rechecked,
             "loop": loop, "b2b_median_ms": b2b_med, "b2b_runs": n,  # the reported loop
-            "gap_ms": _median(gaps), "gap0_ms": gap0,
+            "gap_ms": median(gaps), "gap0_ms": gap0,
             # the shadow: its device time, the host's launch time, runs the host outlasted
-            "flush_ms": _median(shadow.flush_ms), "host_ms": _median(shadow.host_ms),
+            "flush_ms": median(shadow.flush_ms), "host_ms": median(shadow.host_ms),
             "host_late": shadow.late_fraction(self._slack_ms()), "adaptive_shadow": self.adaptive,
             "shadow_ratio": shadow_ratio,  # its device time against the calibrated one
             "last_outputs": last,
         }
 
 
-class _Shadow:
-    """Per run: the device time of the flush before `start` (the shadow in which the host
-    launches the candidate) and the host time from the flush's enqueue to the candidate's
-    return. A run whose host time exceeds its shadow let the device reach `start` before
-    the candidate was queued: the host's launch (or a descheduled host) was timed too.
-    A slow flush means other work shared the device. Diagnostics for a busy host."""
-
-    def __init__(self, flush_ms: list[float], host_ms: list[float]) -> None:
-        self.flush_ms, self.host_ms = flush_ms, host_ms
-
-    def late_fraction(self, slack_ms: float = 0.0) -> float:
-        late = sum(h > f + slack_ms for f, h in zip(self.flush_ms, self.host_ms))
-        return late / max(1, len(self.host_ms))
-
-
 def _noop() -> None:
     return None
-
-
-def snapshot(out: Any, clone: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """`out` as it is right after its run: plain tensors copied (in an exact list or tuple
-    too). The outputs of a timed run are checked, but only later; without the copy a model
-    could return garbage fast while timed and write the right values into the same tensors
-    in a later call (one slow run in 25 leaves a median alone; the traced echo calls are
-    not timed at all). Anything else stays as it is (non-plain tensors are rejected)."""
-    if type(out) is torch.Tensor:
-        return clone(out)
-    if type(out) in (list, tuple):
-        return type(out)(snapshot(o, clone) for o in out)
-    return out
 
 
 def _spread_key(st: dict[str, Any]) -> tuple[bool, float]:
     """Cleaner first: the host within the shadow, then the smaller within-run spread."""
     late = st.get("host_late", 0.0) > LATE_OK
     return late, st["spread"] if st["spread"] is not None else float("inf")
-
-
-def _quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def _median(xs: Sequence[float]) -> float:
-    return _quantile(xs, 0.5)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+import uuid
 
 import pytest
 
+from services.verifier import static_check
 from services.verifier.pool import HARNESS_FILES
 from services.verifier.static_check import check_solution
 
@@ -225,3 +227,36 @@ def test_every_module_of_the_harness_is_out_of_a_candidates_reach(name: str) -> 
     assert name in REFERENCE_NAMES
     r = check_solution(solution(f"import {name}\nclass ModelNew(nn.Module):\n    pass\n"))
     assert not r.ok and any(name in reason for reason in r.reasons), r.reasons
+
+
+def _fresh(src: str) -> str:
+    return src + f"# {uuid.uuid4().hex}\n"  # a source no other test has had memoised
+
+
+def test_a_memoised_verdict_is_the_same_and_a_changed_source_is_checked_afresh() -> None:
+    """verify_batch checks each candidate twice (its prefetcher, then its worker): the second
+    check is a hit; each caller gets a reasons list of its own."""
+    src = _fresh(forward("return x"))
+    before = static_check._checked.cache_info()
+    first, again = check_solution(src), check_solution(src)
+    info = static_check._checked.cache_info()
+    assert (info.misses - before.misses, info.hits - before.hits) == (1, 1)
+    assert first.ok and first == again and first.reasons is not again.reasons
+    first.reasons.append("a caller's own note")
+    assert check_solution(src) == again
+    changed = check_solution(src + "import os\n")
+    assert static_check._checked.cache_info().misses - before.misses == 2
+    assert not changed.ok and any("import of os" in r for r in changed.reasons), changed.reasons
+
+
+def test_a_verdict_of_the_moment_is_not_memoised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of memory once: that check rejects, the next one of the same source runs again."""
+    src = _fresh(forward("return x"))
+
+    def no_memory(_: str) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(static_check, "parse", no_memory)
+    assert check_solution(src).reasons == ["unparsable source: MemoryError"]
+    monkeypatch.undo()
+    assert check_solution(src).ok

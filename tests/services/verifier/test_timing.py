@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.verifier import harness_checks, timing
+from services.verifier import harness_checks, timing, timing_stats
 from services.verifier.timing import STABLE_SPREAD, Timer
 
 
@@ -59,9 +59,9 @@ def test_side_stream_work_is_reported_not_retried_away(first: bool) -> None:
 
 def test_a_run_whose_host_outlasts_its_flush_counts_as_late() -> None:
     """The device reached `start` before the candidate was queued: the host was timed."""
-    shadow = timing._Shadow(flush_ms=[0.08, 0.08, 0.08, 0.08], host_ms=[0.03, 0.09, 0.07, 0.5])
+    shadow = timing_stats.Shadow(flush_ms=[0.08, 0.08, 0.08, 0.08], host_ms=[0.03, 0.09, 0.07, 0.5])
     assert shadow.late_fraction() == 0.5
-    assert timing._Shadow([], []).late_fraction() == 0.0
+    assert timing_stats.Shadow([], []).late_fraction() == 0.0
 
 
 def _shadowed(pass_ms: float) -> Timer:
@@ -144,7 +144,7 @@ class _FakeDevice:
             t2 = [a + gap + (late if seq[i % len(seq)] is not timing._noop else 0.0)
                   for i, a in enumerate(t1)]
             shadow = t._expected_shadow_ms() * self.stretch
-            t.last_loop = timing._Shadow([shadow] * runs, [self.loop_host] * runs)
+            t.last_loop = timing_stats.Shadow([shadow] * runs, [self.loop_host] * runs)
             return t1, t2, last
 
         def back_to_back(fns: Any, runs: int) -> list[float]:
@@ -214,7 +214,7 @@ def test_a_retry_warms_up_by_count_only_and_refits_only_a_shadow_that_was_outlas
     t._attempt([lambda: "out"], 3, 10)
     fitted = (t.passes, None if t.extra is None else t.extra.numel())
     if late_host:
-        t.last_loop = timing._Shadow([0.01] * 10, [0.5] * 10)  # every run outlasted
+        t.last_loop = timing_stats.Shadow([0.01] * 10, [0.5] * 10)  # every run outlasted
     t._attempt([lambda: "out"], 3, 10, first=False)
     assert dev.warm_s == [timing.WARMUP_S, 0.0]
     refitted = (t.passes, None if t.extra is None else t.extra.numel())
@@ -497,7 +497,7 @@ def test_a_snapshot_copies_plain_tensors_only() -> None:
 
     x = torch.ones(3)
     sub = torch.ones(3).as_subclass(Sub)
-    snap = timing.snapshot([x, (x, 2), sub, "s"], torch.Tensor.clone)
+    snap = timing_stats.snapshot([x, (x, 2), sub, "s"], torch.Tensor.clone)
     assert snap[0] is not x and torch.equal(snap[0], x) and snap[1][0] is not x
     assert snap[1][1] == 2 and snap[2] is sub and snap[3] == "s"
     assert type(snap) is list and type(snap[1]) is tuple
