@@ -91,22 +91,35 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
                     handover.take()  # before GO: the timed runs never see them
             lap("idle")  # lock-free work between the phases
     if ctrl.ready.is_set() and proc.poll() is None:
-        with gates.exclusive(), others_paused(_others(uid)) as paused:
-            lap("exclusive_wait")
-            waits: dict[str, float] = getattr(gates, "last_exclusive_wait", dict)()  # for whom
-            t.update({f"exclusive_wait_{k}": v for k, v in waits.items()})
+        return _timed_phase(proc, ctrl, gates, limits.timing_wall_s, t, lap, uid)
+    return True
+
+
+def _timed_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: ignore[type-arg]
+                 timeout: float, t: dict[str, float], lap: Callable[[str], None],
+                 uid: int | None) -> bool:
+    """The timed runs: the exclusive lock, every other sandbox stopped, GO, then DONE;
+    False past `timeout`. Stopping and resuming the others are clocked apart: they hold
+    the lock closed too (a scan of /proc each way)."""
+    with gates.exclusive():
+        lap("exclusive_wait")
+        waits: dict[str, float] = getattr(gates, "last_exclusive_wait", dict)()  # for whom
+        t.update({f"exclusive_wait_{k}": v for k, v in waits.items()})
+        with others_paused(_others(uid)) as paused:
+            lap("exclusive_pause")
             renice(proc, TIMING_NICE)
             cpu = CpuMeter()
             send(proc, b"GO\n")
             try:
-                return wait(proc, ctrl.done, limits.timing_wall_s)
+                done = wait(proc, ctrl.done, timeout)
             finally:
                 renice(proc, 0)
                 lap("exclusive")  # timed runs
                 # what else ran meanwhile: host CPU busy, sandboxes paused / gone (diagnostics)
                 t["exclusive_cpu_busy"] = cpu.busy() or 0.0
                 t["exclusive_paused"], t["exclusive_gone"] = paused["stopped"], paused["gone"]
-    return True
+        lap("exclusive_resume")  # the others continued; the lock goes as this block ends
+    return done
 
 
 def _shared_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: ignore[type-arg]
