@@ -144,6 +144,13 @@ def _seed() -> int:
     return int.from_bytes(os.urandom(8), "little") >> 2  # fresh and unpredictable per trial
 
 
+# The reference worker and the modules it imports, as named in its sandbox.
+WORKER_FILES = {"reference_worker.py": "reference_worker.py",
+                "kz_problem_api.py": "reference_problem.py", "kz_numerics.py": "numerics.py",
+                "kz_hi.py": "reference_hi.py", "kz_timing.py": "timing.py",
+                "kz_timing_stats.py": "timing_stats.py"}
+
+
 class RefSlot:
     """A reference worker started ahead of its problem (torch imported, CUDA context made:
     3-5 s on the H200 host), in its own private dirs; it serves ONE problem."""
@@ -157,12 +164,7 @@ class RefSlot:
         if self.shared.is_dir():
             W.copy_tree(self.shared, self.cache)
         self.empty = W.new_dir(base, "noinputs")
-        W.populate(self.work, {"reference_worker.py": W.PKG / "reference_worker.py",
-                               "kz_problem_api.py": W.PKG / "reference_problem.py",
-                               "kz_numerics.py": W.PKG / "numerics.py",
-                               "kz_hi.py": W.PKG / "reference_hi.py",
-                               "kz_timing.py": W.PKG / "timing.py",
-                               "kz_timing_stats.py": W.PKG / "timing_stats.py"})
+        W.populate(self.work, {name: W.PKG / src for name, src in WORKER_FILES.items()})
         view = M.View(str(self.work), str(self.empty), str(self.cache), options.device)
         self.inside = sandbox.inside_view(mode, view)
         limits = sandbox.Limits(options.reference_timeout_s, options.cpu_seconds,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-from services.verifier import sandbox
+import pytest
+
+from services.verifier import pool, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.core import verify_many
 from services.verifier.pool import SlotPool
@@ -97,3 +101,22 @@ def test_a_slot_gets_its_holdouts_only_through_the_handle(tmp_path: Path) -> Non
     finally:
         pool.close()
         W.shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("files", [pool.HARNESS_FILES, reference.WORKER_FILES],
+                         ids=["harness", "reference worker"])
+def test_sandbox_modules_import_by_their_sandbox_names_alone(files: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    """What a sandbox gets: these files under their sandbox names, no repo. Each module
+    (but the entry script, which runs on import) must import from them alone, not from
+    the repo (installed here, so a fallback to it would pass unseen; on the CPU the
+    harness never imports kz_timing)."""
+    W.populate(tmp_path, {name: W.PKG / src for name, src in files.items()})
+    mods = [n[:-3] for n in files if n.startswith("kz_")]
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
+            f"import {', '.join(mods)}; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('services', 'kz_common')]; "
+            "assert not bad, bad")
+    res = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
