@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,10 +71,18 @@ class Cgroup:
                     time.sleep(0.02)
 
 
+STALE_S = 600.0  # an empty candidate cgroup this old belongs to no live sandbox
+_SWEPT = threading.Event()
+
+
 def create(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | None:
-    """A fresh cgroup for one candidate, or None where cgroups are not writable."""
+    """A fresh cgroup for one candidate, or None where cgroups are not writable. The
+    first call in a process sweeps away cgroups left by verifiers that died."""
     if os.geteuid() != 0:
         return None
+    if not _SWEPT.is_set():
+        _SWEPT.set()
+        sweep()
     try:
         if (ROOT / "cgroup.controllers").exists():
             return _create_v2(name, pids_max, memory_bytes)
@@ -117,6 +126,28 @@ def _create_v1(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | N
         except OSError:
             pass
     return Cgroup(dirs, 1)
+
+
+def sweep(max_age_s: float = STALE_S) -> int:
+    """Remove empty candidate cgroups (c-*) not changed for `max_age_s`: a verifier that is
+    killed never removes its sandboxes' cgroups (its candidates die with it, their groups
+    stay, one per live sandbox). Shared by every verifier on the host, so the age spares
+    a group another verifier has made and not yet joined. Returns how many went."""
+    removed, now = 0, time.time()
+    for parent in (ROOT / GROUP, ROOT / "pids" / GROUP, ROOT / "memory" / GROUP):
+        try:
+            dirs = [d for d in parent.iterdir() if d.name.startswith("c-") and d.is_dir()]
+        except OSError:
+            continue
+        for d in dirs:
+            try:
+                if now - d.stat().st_mtime < max_age_s or (d / "cgroup.procs").read_text().split():
+                    continue
+                d.rmdir()  # fails (busy) if a process joined meanwhile
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def _write(path: Path, text: str) -> None:

@@ -484,3 +484,29 @@ def test_a_child_that_never_asks_gets_no_holdouts(base: Path) -> None:
                                                base / "inputs"))
     assert not res.timed_out and res.ready_seen, res.describe()
     assert not os.listdir(base / "inputs")
+
+
+def test_cgroups_left_by_a_dead_verifier_are_swept_and_live_ones_kept() -> None:
+    """A killed verifier leaves one cgroup per live sandbox (its candidates die with it);
+    the next one removes those that are empty and old, never one with a process in it."""
+    from services.verifier import cgroups
+
+    left = cgroups.create(f"c-left-{uuid.uuid4().hex[:8]}", 64, None)
+    if left is None:
+        pytest.skip("no writable cgroups on this host")
+    live = cgroups.create(f"c-live-{uuid.uuid4().hex[:8]}", 64, None)
+    assert live is not None
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for procs in live.procs_files:
+            Path(procs).write_text(str(sleeper.pid))
+        cgroups.sweep(max_age_s=3600)  # too young: another verifier may be about to join
+        assert all(d.exists() for d in left.dirs + live.dirs)
+        assert cgroups.sweep(max_age_s=0) >= 1
+        assert not any(d.exists() for d in left.dirs)
+        assert all(d.exists() for d in live.dirs)  # a process in it: kept
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        live.remove()
+        left.remove()
