@@ -128,6 +128,17 @@ def _create_v1(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | N
     return Cgroup(dirs, 1)
 
 
+def other_procs(own: Cgroup) -> list[int]:
+    """Pids in every candidate cgroup on the host but `own` (every verifier's sandboxes
+    share one parent group: v2's, or v1's pids hierarchy, where every sandbox has one)."""
+    mine = own.dirs[0]
+    try:
+        dirs = [d for d in mine.parent.iterdir() if d.name.startswith("c-") and d != mine]
+    except OSError:
+        return []
+    return [pid for d in dirs for pid in _read_pids(d)]
+
+
 def sweep(max_age_s: float = STALE_S) -> int:
     """Remove empty candidate cgroups (c-*) not changed for `max_age_s`: a verifier that is
     killed never removes its sandboxes' cgroups (its candidates die with it, their groups

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from services.verifier import cgroups, zygote_client
-from services.verifier.zygote import LIMITS, SAFE_PATH  # one copy: the server is standalone
+from services.verifier.zygote import SAFE_PATH  # one copy: the server is standalone
+from services.verifier import sandbox_command as C
 from services.verifier import sandbox_mounts as M
 from services.verifier import sandbox_supervise as S
 from services.verifier import sandbox_uids as U
@@ -140,90 +139,6 @@ def inside_view(mode: str, view: M.View) -> M.View:
     return _paths_inside(mode, view)
 
 
-def _prlimit(limits: Limits, device: str) -> list[str]:
-    if not shutil.which("prlimit"):
-        return []  # _rlimit_preexec applies them instead
-    return ["prlimit", *(f"--{name}={soft}:{hard}"
-                         for name, (soft, hard) in _rlimits(limits, device).items()), "--"]
-
-
-def _rlimits(limits: Limits, device: str) -> dict[str, tuple[int, int]]:
-    """Every sandbox's rlimits, named as prlimit's options: applied by prlimit, by
-    _rlimit_preexec where it is missing, or by the sandbox itself (the zygote's children).
-    No address-space limit on CUDA: it needs huge virtual reservations."""
-    out = {"cpu": (limits.cpu_s, limits.cpu_s + 5), "core": (0, 0),
-           "fsize": (limits.fsize_bytes, limits.fsize_bytes),
-           "nproc": (limits.nproc, limits.nproc), "nofile": (4096, 4096)}
-    if device == "cpu" and limits.memory_bytes:
-        out["as"] = (limits.memory_bytes, limits.memory_bytes)
-    return out
-
-
-def _rlimit_preexec(limits: Limits, device: str) -> Callable[[], None]:
-    """Fallback where prlimit is missing (preexec_fn: only resource calls, no imports)."""
-    import resource
-
-    pairs = [(LIMITS[k], v) for k, v in _rlimits(limits, device).items()]
-
-    def apply() -> None:
-        for res, value in pairs:
-            resource.setrlimit(res, value)
-
-    return apply
-
-
-def _setpriv(uid: int) -> list[str]:
-    # --pdeathsig again after the drop: changing the uid clears the parent-death signal.
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
-            *S.pdeathsig_args(), "--"]
-
-
-def _command(mode: str, view: M.View, argv: list[str], uid: int, cg: cgroups.Cgroup | None,
-             base: Path, limits: Limits) -> list[str]:
-    """The launcher chain, first killed if the verifier dies (its parent: the spawner)."""
-    outer = ["setpriv", *S.pdeathsig_args(), "--"] if S.pdeathsig_args() else []
-    return outer + _chain(mode, view, argv, uid, cg, base, limits)
-
-
-def _chain(mode: str, view: M.View, argv: list[str], uid: int, cg: cgroups.Cgroup | None,
-           base: Path, limits: Limits) -> list[str]:
-    join = "".join(f"echo $$ > {shlex.quote(p)}\n" for p in (cg.procs_files if cg else []))
-    if mode == "rlimits":
-        return _prlimit(limits, view.device) + argv
-    if mode == "uid+rlimits":
-        script = join + "exec " + shlex.join(_setpriv(uid) + argv)
-        return _prlimit(limits, view.device) + ["sh", "-c", script]
-    if mode == "bwrap":
-        return _prlimit(limits, view.device) + M.bwrap_args(view, {}) + argv
-    if mode == "bwrap+uid":
-        staged = _stage_dirs(view.device, base)
-        inner = shlex.join(_setpriv(uid) + M.bwrap_args(view, staged) + argv)
-        if not staged:
-            return _prlimit(limits, view.device) + ["sh", "-c", join + "exec " + inner]
-        script = "set -e\n" + join + M.stage_script(staged) + "\nexec " + inner
-        return _prlimit(limits, view.device) + ["unshare", "--mount", "--", "sh", "-c", script]
-    if mode == "unshare+uid":
-        root = base / f"root-{uuid.uuid4().hex[:8]}"
-        root.mkdir()
-        inner = shlex.join(["chroot", str(root)] + _setpriv(uid) + argv)
-        script = join + M.chroot_script(view, str(root)) + "\nexec " + inner
-        return _prlimit(limits, view.device) + [
-            "unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
-            "--", "sh", "-c", script]
-    raise SandboxError(f"unknown isolation mode {mode!r}")
-
-
-def _stage_dirs(device: str, base: Path) -> dict[str, str]:
-    """Blocked paths (e.g. a Python under /root) get a reachable staging mountpoint."""
-    staged = {}
-    for i, p in enumerate(M.system_ro_paths(device)):
-        if M.blocked_for_others(p) and os.path.isdir(p):
-            d = base / f"stage-{i}"
-            d.mkdir(exist_ok=True)
-            staged[p] = str(d)
-    return staged
-
-
 def run(mode: str, view: M.View, argv: list[str], env: dict[str, str], limits: Limits,
         stdin_data: bytes, base: Path, gates: Gates | None = None) -> RunResult:
     """Run `argv` isolated. With `gates`, the child's SHARED / READY control messages are
@@ -261,7 +176,7 @@ class Process:
                                                         "unshare+uid", exc)
                     mode = "unshare+uid"
                     self.isolation = mode + ("+cgroup" if self.cg else "")
-            self._start(_command(mode, view, argv, self.uid, self.cg, base, limits), env)
+            self._start(C.command(mode, view, argv, self.uid, self.cg, base, limits), env)
         except BaseException:
             self._teardown()
             raise
@@ -284,7 +199,7 @@ class Process:
         # Control channel (READY/DONE) on its own pipe: the candidate's prints cannot forge it.
         ctrl_r, ctrl_w = os.pipe()
         with open(self.err_path, "wb") as err:
-            preexec = None if shutil.which("prlimit") else _rlimit_preexec(self.limits,
+            preexec = None if shutil.which("prlimit") else C.rlimit_preexec(self.limits,
                                                                           self.view.device)
             self.proc = S.spawn(  # cwd: never the verifier's; forked by the spawner thread
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
@@ -302,7 +217,7 @@ class Process:
         inside = _paths_inside(ZYGOTE_MODE, self.view)
         request = {"uid": self.uid, "cgroup_procs": self.cg.procs_files if self.cg else [],
                    "mounts": mounts, "late_mounts": late, "root": str(root),
-                   "cwd": inside.work, "rlimits": _rlimits(self.limits, self.view.device),
+                   "cwd": inside.work, "rlimits": C.rlimits(self.limits, self.view.device),
                    "env": env, "argv": argv}
         ctrl_r, ctrl_w = os.pipe()
         in_r, in_w = os.pipe()
@@ -343,7 +258,7 @@ class Process:
         try:
             S.send(self.proc, stdin_data)
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
-                                     uid if uid >= U.UID_BASE else None, handover)
+                                     self._others(), handover)
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
         except subprocess.TimeoutExpired:
@@ -358,6 +273,17 @@ class Process:
                         warm_start=warm, uid=uid if uid >= U.UID_BASE else None)
         res.notes.extend(notes)
         return res
+
+    def _others(self) -> S.Others | None:
+        """Every other sandbox's processes on the host (paused while this one is timed):
+        from their cgroups where this host gives sandboxes cgroups (one file per sandbox),
+        else by uid (a scan of /proc); None without a sandbox uid."""
+        if self.uid < U.UID_BASE:
+            return None
+        cg = self.cg
+        if cg is not None:
+            return lambda: cgroups.other_procs(cg)
+        return S.others_by_uid(self.uid)
 
     def discard(self) -> None:
         """Kill an unused process and free its uid and cgroup."""

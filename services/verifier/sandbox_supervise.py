@@ -42,6 +42,9 @@ PAUSE = "KZ-PAUSE"
 # its inputs dir only now, after its correctness calls, and go again at READY, before its
 # timed runs: a candidate cannot read them early and precompute their outputs.
 HOLDOUTS = "KZ-HOLDOUTS"
+Others = Callable[[], list[int]]  # lists the processes to pause while a child is timed
+
+
 class Handover(Protocol):
     """Input files a child may see only while it asks for them (pool.Withheld)."""
 
@@ -60,10 +63,10 @@ class Gates(Protocol):
 
 def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
            limits: Limits, clock: dict[str, float] | None = None,
-           uid: int | None = None, handover: Handover | None = None) -> bool:
+           others: Others | None = None, handover: Handover | None = None) -> bool:
     """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
-    the seconds spent in each phase (to see where a candidate's wall time goes). `uid`:
-    the child's sandbox uid, the one left running while every other sandbox is paused.
+    the seconds spent in each phase (to see where a candidate's wall time goes). `others`:
+    lists every other sandbox's processes, paused while this child is timed.
     `handover`: files the child gets between IDLE and READY if it asks (HOLDOUTS)."""
     t = clock if clock is not None else {}
     mark = time.monotonic()
@@ -91,13 +94,13 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
                     handover.take()  # before GO: the timed runs never see them
             lap("idle")  # lock-free work between the phases
     if ctrl.ready.is_set() and proc.poll() is None:
-        return _timed_phase(proc, ctrl, gates, limits.timing_wall_s, t, lap, uid)
+        return _timed_phase(proc, ctrl, gates, limits.timing_wall_s, t, lap, others)
     return True
 
 
 def _timed_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: ignore[type-arg]
                  timeout: float, t: dict[str, float], lap: Callable[[str], None],
-                 uid: int | None) -> bool:
+                 others: Others | None) -> bool:
     """The timed runs: the exclusive lock, every other sandbox stopped, GO, then DONE;
     False past `timeout`. Stopping and resuming the others are clocked apart: they hold
     the lock closed too (a scan of /proc each way)."""
@@ -105,7 +108,7 @@ def _timed_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: i
         lap("exclusive_wait")
         waits: dict[str, float] = getattr(gates, "last_exclusive_wait", dict)()  # for whom
         t.update({f"exclusive_wait_{k}": v for k, v in waits.items()})
-        with others_paused(_others(uid)) as paused:
+        with others_paused(others) as paused:
             lap("exclusive_pause")
             renice(proc, TIMING_NICE)
             cpu = CpuMeter()
@@ -192,10 +195,10 @@ def _until(ok: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def _others(own_uid: int | None) -> Callable[[], list[int]] | None:
-    """Lists every other sandbox process on the host (None without a sandbox uid)."""
-    if own_uid is None:
-        return None
+def others_by_uid(own_uid: int) -> Others:
+    """Every other sandbox process on the host, by its uid: a scan of /proc (one status
+    file per process). Where sandboxes have cgroups, `cgroups.other_procs` reads one file
+    per sandbox instead."""
     ranges = ((UID_BASE, own_uid), (own_uid + 1, UID_BASE + UID_RANGE))
     return lambda: [pid for lo, hi in ranges for pid in live_uid_processes(lo, hi)]
 
