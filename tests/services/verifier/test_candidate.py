@@ -79,6 +79,25 @@ def test_staging_holds_its_budget_and_gives_it_back() -> None:
     assert stager._left == 3 * 4096
 
 
+def test_a_staged_copy_is_compared_but_the_record_is_what_is_checked() -> None:
+    """The page-locked copy only replaces the values the compare reads: the structural
+    checks (here: an output that is its input's storage) still read the record's own
+    tensor, and the compare reads the copy (a wrong copy fails an otherwise right call)."""
+    bundle = _bundle_with_holdouts()
+    x = bundle.inputs[0][0]
+    right = x * 2
+    o = candidate.Outcome()
+    candidate._check_call(o, {"outputs": [x], "inputs_after": [x]}, 0, bundle, "call 0",
+                          staged=[right.clone()])  # the copy would pass: the record does not
+    assert o.failures and "output alias" in o.failures[0][1]
+    o = candidate.Outcome()
+    candidate._check_call(o, _call(right), 0, bundle, "call 0", staged=[right + 1])
+    assert o.failures and o.failures[0][0] == "numerics"
+    o = candidate.Outcome()
+    candidate._check_call(o, _call(right), 0, bundle, "call 0", staged=[right.clone()])
+    assert not o.failures
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_staged_outputs_are_page_locked_copies() -> None:
     out = torch.randn(64, 33).t()  # not contiguous: the copy keeps the values
