@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from services.verifier import sandbox
+from services.verifier.numerics import Tol, compare
 from services.verifier.options import VerifyOptions
 
 # Outputs up to this size are compared on the parent's CPU even on a GPU host, with no lock:
@@ -103,3 +104,25 @@ def _pinned_copy(out: torch.Tensor | None) -> torch.Tensor | None:
 
 
 STAGER = Stager(STAGE_BUDGET_BYTES)
+
+
+def warm(gates: sandbox.Gates | None) -> threading.Thread:
+    """Make the parent's CUDA context and load the compare's kernels now, on a thread of
+    its own, under the shared lock (GPU work, if only a little). Otherwise the first large
+    compare of a session does it, under the lock too: in the eleventh session's H200
+    batches the first verdicts each spent 2.5-3.5 s more in their first compare than
+    later ones (the lock wait aside), and all of them came at once, 25-30 s in."""
+    def run() -> None:
+        try:
+            with gates.shared("compare") if gates is not None else nullcontext():
+                for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                    x = torch.ones(4096, dtype=dtype, device="cuda")
+                    compare(x, x, Tol(1e-4, 1e-4, 1e-4))
+                torch.cuda.synchronize()
+            torch.empty(1, pin_memory=True)  # the page-locked allocator (Stager)
+        except Exception:  # noqa: BLE001 - a GPU failing here fails the first real compare
+            pass
+
+    thread = threading.Thread(target=run, name="kz-compare-warm", daemon=True)
+    thread.start()
+    return thread

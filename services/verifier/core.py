@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from services.verifier import candidate, perf, reference, sandbox
+from services.verifier import candidate, compare_device, perf, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError, SandboxError
 from services.verifier.gpu_lock import GpuLock, KindOfHolder
@@ -55,6 +55,8 @@ class Session:
         self._guard = threading.Lock()
         self.gpu = GpuLock(options.cache, options.shared_epoch_s) \
             if options.device == "cuda" else None
+        if self.gpu is not None:  # while the first bundles build: off the first verdicts' path
+            compare_device.warm(self._gates("compare"))
 
     def _gates(self, kind: str) -> KindOfHolder | None:
         """The GPU lock for one kind of holder (its shared steps counted apart), if any."""

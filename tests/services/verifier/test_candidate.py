@@ -176,3 +176,14 @@ def test_the_holdout_ratio_travels_in_the_verdict() -> None:
                        perf_measured=True, timings=Timings(1.2, 2.0, 1.5, 0.03, 1.3))
     payload = rep.to_payload("c1", "h", context=ChallengeContext.of(challenge))
     assert payload.timing.holdout_ratio == 1.3 and payload.timing.candidate_ms == 1.2
+
+
+def test_the_parents_cuda_warm_up_runs_under_the_shared_lock() -> None:
+    """The parent's CUDA context and compare kernels are made early, under the shared
+    lock like any compare (no GPU work of the parent may overlap a timed phase); a host
+    where that fails (this one, without a GPU) only leaves it to the first real compare."""
+    gates = _CountingGates()
+    C.warm(gates).join(60)  # type: ignore[arg-type]
+    assert gates.shared_taken == 1 and gates.kinds == {"compare"}
+    if torch.cuda.is_available():
+        assert torch.cuda.is_initialized()
