@@ -110,8 +110,8 @@ def warm(gates: sandbox.Gates | None) -> threading.Thread:
     """Make the parent's CUDA context and load the compare's kernels now, on a thread of
     its own, under the shared lock (GPU work, if only a little). Otherwise the first large
     compare of a session does it, under the lock too: in the eleventh session's H200
-    batches the first verdicts each spent 2.5-3.5 s more in their first compare than
-    later ones (the lock wait aside), and all of them came at once, 25-30 s in."""
+    batches the first verdicts each spent 2.3-3.6 s more in their compares than later
+    ones (the lock wait aside), and all of them came at once, 27-32 s in."""
     def run() -> None:
         try:
             with gates.shared("compare") if gates is not None else nullcontext():
