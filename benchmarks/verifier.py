@@ -294,16 +294,22 @@ def _exclusive(batch: list[tuple[str, str, str]], rows: list[dict[str, Any]],
                wall: float) -> dict[str, Any]:
     """Seconds the exclusive GPU lock was held, every other sandbox on the host paused:
     by the candidates' timed runs and by the bundles' baseline timings (each bundle once,
-    the longest named), and their share of the batch's wall time."""
-    cand = sum((x.get("phase_s") or {}).get("exclusive", 0.0) for x in rows)
-    bundles: dict[str, tuple[float, str]] = {}
+    the longest named), and their share of the batch's wall time. `pause` / `resume`:
+    stopping and resuming the other sandboxes around each of them, also under the lock
+    (the lock's own `exclusive_s` less all four is what no lap accounts for)."""
+    phases = [x.get("phase_s") or {} for x in rows]
+    bundles: dict[str, dict[str, float]] = {}
     for (label, problem, _), x in zip(batch, rows):
         ph = x.get("reference_phase_s")
         if isinstance(ph, dict) and "exclusive" in ph:
-            bundles[problem] = (ph["exclusive"], label)
-    held = sum(t for t, _ in bundles.values())
-    longest = max(bundles.values(), default=(0.0, ""))
+            bundles[problem] = {**ph, "label": label}
+    every = phases + list(bundles.values())
+    cand = sum(p.get("exclusive", 0.0) for p in phases)
+    held = sum(b["exclusive"] for b in bundles.values())
+    longest = max(((b["exclusive"], b["label"]) for b in bundles.values()), default=(0.0, ""))
     return {"candidates": round(cand, 2), "bundles": round(held, 2), "bundles_n": len(bundles),
+            "pause": round(sum(p.get("exclusive_pause", 0.0) for p in every), 2),
+            "resume": round(sum(p.get("exclusive_resume", 0.0) for p in every), 2),
             "longest_bundle": [round(longest[0], 2), longest[1]],
             "share_of_wall": round((cand + held) / wall, 3) if wall > 0 else None}
 
