@@ -152,7 +152,7 @@ def sweep(max_age_s: float = STALE_S) -> int:
             continue
         for d in dirs:
             try:
-                if now - d.stat().st_mtime < max_age_s or (d / "cgroup.procs").read_text().split():
+                if now - d.stat().st_mtime < max_age_s or _read_pids(d):
                     continue
                 d.rmdir()  # fails (busy) if a process joined meanwhile
                 removed += 1

@@ -28,10 +28,7 @@ CPU_COMPARE_BYTES = 4 << 20
 
 def output_bytes(data: Any) -> int:
     """Bytes of the plain tensors among a loaded call's outputs (0 for anything else)."""
-    outs = data.get("outputs") if isinstance(data, dict) else None
-    if not isinstance(outs, list):
-        return 0
-    return sum(o.numel() * o.element_size() for o in outs if type(o) is torch.Tensor)
+    return sum(o.numel() * o.element_size() for o in _plain_outputs(data) if o is not None)
 
 
 @contextmanager
@@ -75,13 +72,13 @@ class Stager:
     def stage(self, datas: list[Any]) -> Iterator[list[list[Any] | None]]:
         """Per record, a page-locked copy of each plain output tensor (None where not
         staged), or None for the record when the budget is spent."""
-        outs = [_plain_outputs(d) for d in datas]
-        need = sum(o.numel() * o.element_size() for xs in outs for o in xs if o is not None)
+        need = sum(map(output_bytes, datas))
         with self._lock:
             got = 0 < need <= self._left
             self._left -= need if got else 0
         try:
-            yield [[_pinned_copy(o) for o in xs] for xs in outs] if got else [None] * len(datas)
+            yield ([[_pinned_copy(o) for o in _plain_outputs(d)] for d in datas] if got
+                   else [None] * len(datas))
         finally:
             if got:
                 with self._lock:
@@ -89,6 +86,7 @@ class Stager:
 
 
 def _plain_outputs(data: Any) -> list[torch.Tensor | None]:
+    """A loaded call's outputs, in order: each plain non-empty tensor, else None."""
     outs = data.get("outputs") if isinstance(data, dict) else None
     return [o if type(o) is torch.Tensor and o.numel() else None
             for o in outs] if isinstance(outs, list) else []
