@@ -160,7 +160,7 @@ def repeated(batch: list[tuple[str, str, str]], n: int) -> list[tuple[str, str, 
 
 def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                   adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1,
-                  holdouts: int = 2, epoch_ms: int | None = None) -> Any:
+                  holdouts: int = 2, epoch_ms: int | None = None, judges: int = -1) -> Any:
     """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
@@ -170,7 +170,7 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
                             adaptive_shadow=adaptive_shadow, workers=workers,
-                            holdouts=holdouts,
+                            holdouts=holdouts, judges=judges,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
     if epoch_ms is not None:
         options = replace(options, shared_epoch_s=epoch_ms / 1000)
@@ -181,7 +181,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
               adaptive_shadow: bool = True, zygote: int = -1,
               holdouts: int = 2, epoch_ms: int | None = None,
-              batches: int = 1) -> dict[str, Any]:
+              batches: int = 1, judges: int = -1) -> dict[str, Any]:
     """One pass. `batches` > 1: the verifier service's way, one session across its batches
     (each a new copy: new problems, cold compiles); the last one is reported, its clock
     from its own start (the session, its fork server and warm sandboxes already up)."""
@@ -189,7 +189,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     from services.verifier import core
 
     options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
-                            holdouts=holdouts, epoch_ms=epoch_ms)
+                            holdouts=holdouts, epoch_ms=epoch_ms, judges=judges)
     items = [(p, s) for _, p, s in batch]
     earlier, lock0 = [], {}
     if batches > 1:  # as VerifierCore._get_session makes it
@@ -230,6 +230,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start"),
                      "steps_s": r.details.get("steps_s"),
                      "batch_s": r.details.get("batch_s"),  # [start, end] into the batch
+                     "sandbox_batch_s": r.details.get("sandbox_batch_s"),  # its sandbox's run
                      "harness_steps_s": r.details.get("harness_steps_s"),
                      "harness_cpu_s": r.details.get("harness_cpu_s"),
                      "reference_steps_s": r.details.get("reference_steps_s"),
@@ -246,7 +247,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             # batches > 1: the rates of the same session's earlier batches (reported: last)
             "session_batches": batches, "earlier_batches_per_minute": earlier,
             **_mid_rate([x["batch_s"][1] for x in rows if x.get("batch_s")]),
-            "workers": workers, "bundle_builders": options.bundle_builders,
+            "workers": workers, "judges": core.judges_for(options, workers),
+            "bundle_builders": options.bundle_builders,
             "adaptive_shadow": adaptive_shadow,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
             # host CPU/GPU busy fractions over the batch; CPU core-seconds per candidate
@@ -485,10 +487,10 @@ def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
     unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch",
-                         "batches"}
+                         "batches", "judges"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
-                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N")
+                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N,judges=N")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -520,7 +522,10 @@ def main(argv: list[str] | None = None) -> int:
                          "sets timed once; 0: none, as before verifier 1.5), epoch (the GPU "
                          "lock's shared-epoch minimum in ms; 0: a timed phase closes it at "
                          "once, as before verifier 1.6), batches (N > 1: the service's way, "
-                         "one session across N batches, each a new copy; the last reported)")
+                         "one session across N batches, each a new copy; the last reported), "
+                         "judges (threads beyond the workers that judge finished candidates; "
+                         "0: each worker judges its own, as before verifier 1.10; default: "
+                         "half the workers)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -540,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
-               "holdouts": 2, "epoch": -1, "batches": args.batches}
+               "holdouts": 2, "epoch": -1, "batches": args.batches, "judges": -1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -556,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
                                  cfg["builders"] or None, bool(cfg["shadow"]),
                                  cfg["zygote"], cfg["holdouts"],
-                                 cfg["epoch"] if cfg["epoch"] >= 0 else None, cfg["batches"])
+                                 cfg["epoch"] if cfg["epoch"] >= 0 else None, cfg["batches"],
+                                 cfg["judges"])
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,12 +75,33 @@ def _hash_lock(key: str) -> threading.Lock:
 
 
 def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
-        mode: str, gates: sandbox.Gates | None, slots: SlotPool | None = None) -> Outcome:
+        mode: str, gates: sandbox.Gates | None, slots: SlotPool | None = None,
+        running: AbstractContextManager[Any] | None = None) -> Outcome:
     """Sandbox-run `solution_src` against `bundle` and judge it. With `slots`, the candidate
-    gets a pre-started sandbox; without, one is started for it now."""
+    gets a pre-started sandbox; without, one is started for it now. `running` is held for
+    the sandbox's run only (verify_batch's cap on sandboxes at once): the judgement after it
+    reads the files the sandbox left, so the next candidate's sandbox may start meanwhile."""
+    steps: dict[str, float] = {}  # parent-side seconds per step (where a candidate's time goes)
+    t0 = time.monotonic()
+    with running or nullcontext():
+        steps["run_wait"] = time.monotonic() - t0
+        slot, job, res = _sandboxed(solution_src, bundle, options, base, mode, gates, slots,
+                                    steps)
+    try:
+        out = judge(slot.work, job, res, bundle, options, gates, steps)
+        out.details["steps_s"] = {k: round(v, 3) for k, v in steps.items()}
+        return out
+    finally:
+        slot.close(keep=options.keep_artifacts)
+
+
+def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
+               mode: str, gates: sandbox.Gates | None, slots: SlotPool | None,
+               steps: dict[str, float]) -> tuple[Any, dict[str, Any], sandbox.RunResult]:
+    """The candidate's run in its sandbox, torn down when it returns; its slot's files
+    stay for the judgement (the caller closes the slot; this does if it raises)."""
     key = source_hash(solution_src, options.device)
     cache = Path(options.cache) / "candidates" / key
-    steps: dict[str, float] = {}  # parent-side seconds per step (where a candidate's time goes)
     with _step(steps, "slot"):
         slot = slots.take() if slots else SlotPool(options, mode, base, 0).take()
     try:
@@ -92,11 +113,10 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
             res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld)
         with _step(steps, "save_cache"), _hash_lock(key):
             slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
-        out = judge(slot.work, job, res, bundle, options, gates, steps)
-        out.details["steps_s"] = {k: round(v, 3) for k, v in steps.items()}
-        return out
-    finally:
+        return slot, job, res
+    except BaseException:
         slot.close(keep=options.keep_artifacts)
+        raise
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from services.verifier import candidate, compare_device, perf, reference, sandbox
@@ -147,12 +147,13 @@ class Session:
 
     # ------------------------------------------------------------------ one candidate
 
-    def verify(self, problem_src: str, solution_src: str,
-               policy: str | None = None) -> VerifyReport:
-        """One verdict; `policy` overrides the options' policy (e.g. runtime_only in tests)."""
+    def verify(self, problem_src: str, solution_src: str, policy: str | None = None,
+               running: AbstractContextManager[Any] | None = None) -> VerifyReport:
+        """One verdict; `policy` overrides the options' policy (e.g. runtime_only in tests);
+        `running` is held while the candidate's sandbox runs (candidate.run)."""
         o = self.options
         try:
-            return self._verify(problem_src, solution_src, policy or o.policy)
+            return self._verify(problem_src, solution_src, policy or o.policy, running)
         except ProblemError as exc:
             return rejected("problem", [f"problem unusable (misuse): {exc}"], o.device,
                             isolation=self.mode)
@@ -163,7 +164,8 @@ class Session:
             return rejected("internal", [f"verifier internal error: {type(exc).__name__}: {exc}",
                                          tb], o.device, isolation=self.mode)
 
-    def _verify(self, problem_src: str, solution_src: str, policy: str) -> VerifyReport:
+    def _verify(self, problem_src: str, solution_src: str, policy: str,
+                running: AbstractContextManager[Any] | None) -> VerifyReport:
         o = self.options
         static = check_solution(solution_src, policy)
         if not static.ok:
@@ -173,15 +175,16 @@ class Session:
         t0 = time.monotonic()
         with self.bundle(problem_src) as bundle:
             waited = time.monotonic() - t0  # the build itself, or the wait for another's
-            rep = self._judge(solution_src, bundle, static.kernels)
+            rep = self._judge(solution_src, bundle, static.kernels, running)
         rep.details.setdefault("steps_s", {})["bundle"] = round(waited, 3)
         return rep
 
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
-               kernels: tuple[str, ...]) -> VerifyReport:
+               kernels: tuple[str, ...],
+               running: AbstractContextManager[Any] | None) -> VerifyReport:
         o = self.options
         out = candidate.run(solution_src, bundle, o, self.base, self.mode, self._gates("harness"),
-                            self.slots)
+                            self.slots, running)
         # The bundle came as soon as its trials were in; its baselines' timing (and a
         # failure there: the problem is unusable, as before) must be in for the verdict.
         bundle.settle(o.reference_timeout_s + 60)
@@ -276,6 +279,24 @@ def warm_slots_for(options: VerifyOptions, workers: int) -> int:
     return max(options.warm_slots, workers) if options.warm_slots else 0
 
 
+@contextmanager
+def _held(permits: threading.BoundedSemaphore, t0: float, into: list[float]) -> Iterator[None]:
+    """Hold one of `permits`; when it was got and given back (seconds since t0) go `into`."""
+    with permits:
+        into.append(round(time.monotonic() - t0, 3))
+        try:
+            yield
+        finally:
+            into.append(round(time.monotonic() - t0, 3))
+
+
+def judges_for(options: VerifyOptions, workers: int) -> int:
+    """Threads of a batch beyond its `workers`: each judges a candidate whose sandbox has
+    run (on the H200 a judgement took 1.4 s median against 7.8 s in the sandbox, and a
+    worker that judged its own left its sandbox's share of the host idle meanwhile)."""
+    return (max(1, workers) + 1) // 2 if options.judges < 0 else options.judges
+
+
 def batch_session(items: list[tuple[str, str]], options: VerifyOptions,
                   workers: int) -> Session:
     """A session sized for `items` verified `workers` at a time: a warm sandbox per worker,
@@ -299,9 +320,13 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
 def verify_batch(session: Session, items: list[tuple[str, str]],
                  workers: int) -> list[VerifyReport]:
     """Verdicts for `items` in order: candidates run in parallel sandboxed processes,
-    references are built once per problem (ahead of the workers), and timed runs hold one
-    GPU lock. `session` stays open: the service keeps one across its batches."""
+    `workers` at a time, references are built once per problem (ahead of the workers), and
+    timed runs hold one GPU lock. A candidate's judgement (and any wait for its bundle)
+    does not keep a sandbox from starting: `judges` more threads than `workers` take items,
+    and only the sandboxes' runs count against `workers`. `session` stays open: the
+    service keeps one across its batches."""
     options = session.options
+    running = threading.BoundedSemaphore(max(1, workers))
     session.slots.fill()  # they warm up while the first reference bundle is built
     session.ref_slots.fill()
     session.expect(p for p, _ in items)
@@ -319,17 +344,21 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
         i, (problem, solution) = job
         progress.started(i)
         start = time.monotonic() - t0
+        held: list[float] = []
         try:
-            report = session.verify(problem, solution)
+            report = session.verify(problem, solution, running=_held(running, t0, held))
         finally:
             session.done_with(problem)
         # when this candidate started and ended, seconds into the batch (diagnostics: the
-        # first wave waits for bundles and sandboxes that later candidates find ready)
+        # first wave waits for bundles and sandboxes that later candidates find ready),
+        # and when its sandbox began and finished its run
         report.details["batch_s"] = [round(start, 3), round(time.monotonic() - t0, 3)]
+        report.details["sandbox_batch_s"] = held
         return report
 
     try:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        threads = max(1, workers) + judges_for(options, workers)
+        with ThreadPoolExecutor(max_workers=threads) as pool:
             return list(pool.map(one, enumerate(items)))
     finally:
         progress.stop()

@@ -70,6 +70,10 @@ class VerifyOptions:
     # candidates the verifier service checks at once (threads sharing one Session, like
     # verify_many's workers; the H200 benchmark runs 12); 1 = one at a time
     workers: int = 1
+    # candidates a batch judges (the parent's compare of their outputs, ~1.4 s median on
+    # the H200) while its `workers` sandboxes already run the next ones; -1: half the
+    # workers, rounded up; 0: each worker judges its own candidate before the next
+    judges: int = -1
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 
@@ -86,6 +90,8 @@ class VerifyOptions:
             raise ValueError("bundle_builders must be >= 1")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.judges < -1:
+            raise ValueError("judges must be >= 0, or -1 for half the workers")
         if self.holdouts < 0:
             raise ValueError("holdouts must be >= 0")
         if not 0 <= self.shared_epoch_s <= 10:

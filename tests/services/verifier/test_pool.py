@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from services.verifier import pool, reference, sandbox
+from services.verifier import candidate, core, pool, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.core import verify_many
 from services.verifier.pool import SlotPool
@@ -74,6 +75,51 @@ def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) 
     reports = verify_many([(problem_src("add"), src)] * 2, options, workers=2)
     assert all(r.passed for r in reports), [r.reasons for r in reports]
     assert oct(private.stat().st_mode & 0o777) == "0o700"  # nothing widened the caller's dir
+
+
+def test_a_batch_starts_the_next_sandbox_while_it_judges_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker, one judge: the first candidate's judgement waits until the second
+    candidate's sandbox has started (on the code before, it would wait in vain: its worker
+    held the only place until its verdict), and no two sandboxes ever run at once."""
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"), judges=1)
+    entered, second = [], threading.Event()
+    real_sandboxed, real_judge = candidate._sandboxed, candidate.judge
+
+    def sandboxed(*args: object, **kwargs: object) -> object:
+        entered.append(True)
+        if len(entered) == 2:
+            second.set()
+        return real_sandboxed(*args, **kwargs)  # type: ignore[arg-type]
+
+    overlapped: list[bool] = []
+
+    def judge(*args: object, **kwargs: object) -> object:
+        if not overlapped:  # the first judgement: the next sandbox must start meanwhile
+            overlapped.append(second.wait(60))
+        return real_judge(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(candidate, "_sandboxed", sandboxed)
+    monkeypatch.setattr(candidate, "judge", judge)
+    src = (SOLUTIONS / "add_ok.py").read_text()
+    items = [(problem_src("add"), f"{src}\n# candidate {k}\n") for k in range(2)]
+    session = core.batch_session(items, options, workers=1)
+    try:
+        reports = core.verify_batch(session, items, workers=1)
+    finally:
+        session.close()
+    assert all(r.passed for r in reports), [r.reasons for r in reports]
+    assert overlapped == [True]
+    (a0, a1), (b0, b1) = sorted(r.details["sandbox_batch_s"] for r in reports)
+    assert a0 <= a1 <= b0 <= b1  # one worker: the sandboxes' runs one after the other
+    assert all(r.details["steps_s"]["run_wait"] >= 0 for r in reports)
+
+
+def test_judges_default_to_half_the_workers() -> None:
+    assert [core.judges_for(CPU_OPTIONS, w) for w in (1, 2, 12, 13)] == [1, 1, 6, 7]
+    assert core.judges_for(replace(CPU_OPTIONS, judges=0), 12) == 0
+    with pytest.raises(ValueError, match="judges"):
+        replace(CPU_OPTIONS, judges=-2)
 
 
 def test_a_slot_gets_its_holdouts_only_through_the_handle(tmp_path: Path) -> None:
