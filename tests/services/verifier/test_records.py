@@ -54,6 +54,44 @@ def test_a_record_without_tensors_and_a_missing_one(tmp_path: Path) -> None:
     assert records.read(tmp_path, "absent", 1 << 20) is None
 
 
+def test_a_record_written_in_chunks_is_the_same_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Storages bigger than a chunk are copied in several steps; nothing is readable as a
+    record before its last step (the header comes last), and the bytes are the same."""
+    monkeypatch.setattr(records, "CHUNK_BYTES", 64)
+    x, y = torch.randn(50), torch.arange(7, dtype=torch.int64)  # 200 bytes: 4 chunks; 1
+    steps = records.write_steps(str(tmp_path), "rec", {"outputs": [x, y[2:]],
+                                                       "inputs_after": None})
+    for _ in range(5):
+        next(steps)
+        assert records.read(tmp_path, "rec", 1 << 20) is None
+    assert next(steps, "end") == "end"
+    got = records.read(tmp_path, "rec", 1 << 20)
+    assert got is not None and torch.equal(got["outputs"][0], x)
+    assert torch.equal(got["outputs"][1], y[2:])
+
+
+def test_pending_records_are_written_in_order_a_step_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "CHUNK_BYTES", 64)
+    pending = records.Pending(str(tmp_path))
+    a, b = torch.randn(40), torch.randn(8)  # 160 bytes: 3 chunks; 1
+    pending.add("a", {"outputs": [a], "inputs_after": None})
+    pending.add("b", {"outputs": [b], "inputs_after": None})
+    done = []
+    for _ in range(4):  # three chunks and the header of a
+        assert pending.step()
+        done.append(records.read(tmp_path, "a", 1 << 20) is not None)
+    assert done == [False, False, False, True]
+    assert records.read(tmp_path, "b", 1 << 20) is None
+    pending.add("c", {"outputs": [None], "inputs_after": None})  # added meanwhile: still in
+    pending.flush()
+    assert not pending.step()
+    got = [records.read(tmp_path, n, 1 << 20) for n in "abc"]
+    assert torch.equal(got[0]["outputs"][0], a) and torch.equal(got[1]["outputs"][0], b)
+    assert got[2] == {"outputs": [None], "inputs_after": None}
+
+
 def _tamper(tmp_path: Path, edit) -> dict | None:  # type: ignore[no-untyped-def]
     records.write(str(tmp_path), "rec", {"outputs": [torch.randn(4, 4)], "inputs_after": None})
     header = json.loads((tmp_path / "rec.json").read_text())
