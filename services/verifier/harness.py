@@ -38,11 +38,9 @@ from kz_trace import (WRAPPED, PassThrough, State, Tracer, configure,  # noqa: E
 
 
 def _prewarm() -> None:
-    """Import Triton and load its driver module (a gcc build in a fresh cache) now, while
-    no candidate is waiting; failures surface later, where the candidate needs them.
-    Also run one op under a dispatch mode: whatever a torch version does on the first
-    mode entry (torch 2.11 imported torch._dynamo there: 6 s inside the first correctness
-    call of every candidate on the H200, before the modes opted out) happens here."""
+    """Import Triton and load its driver module (a gcc build in a fresh cache) while no
+    candidate waits, and run one op under a dispatch mode (torch 2.11 imported
+    torch._dynamo at the first mode entry: 6 s in every candidate's first call on the H200)."""
     try:
         with torch.no_grad(), PassThrough():
             torch.zeros(4).add_(1)
@@ -94,8 +92,7 @@ def _to_device(x: object) -> object:
 
 
 def _pinned(x: object) -> object:
-    """A holdout input as it waits for its run: page-locked, so that copying it to the
-    device then is a fast queued copy (pageable memory where pinning fails)."""
+    """A holdout input, page-locked while it waits (its copy in the run is then fast)."""
     if isinstance(x, torch.Tensor) and DEVICE == "cuda":
         try:
             return _pin(x)
@@ -203,9 +200,8 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
     _mark("timing_inputs")
-    # The parent takes the exclusive GPU lock, then says go; the calls' outputs are
-    # written meanwhile (on the H200 a candidate waited ~1 s for its timed phase, and
-    # spent ~0.8 s writing its outputs after it).
+    # The parent takes the exclusive GPU lock, then says go; the calls' outputs are written
+    # meanwhile, a chunk per step (H200: ~1 s waited here, ~0.8 s of writes after timing).
     if not _gate("KZ-READY", meanwhile=PENDING.step):
         return
     _mark("exclusive_wait")
@@ -283,10 +279,8 @@ PENDING = Pending(os.path.join(JOB["work"], "out"))
 
 
 def _gate(word: str, meanwhile: Callable[[], bool] | None = None) -> bool:
-    """Ask the parent for a GPU phase (KZ-SHARED / KZ-YIELD / KZ-READY) or for the holdout
-    files (KZ-HOLDOUTS), wait for GO (CUDA only). Until GO comes, `meanwhile()` is called
-    again and again while it returns True (lock-free work in small steps: GO waits for
-    one at most)."""
+    """Ask the parent for a GPU phase (KZ-SHARED / KZ-YIELD / KZ-READY) or the holdout files
+    (KZ-HOLDOUTS), wait for GO (CUDA only), calling `meanwhile()` until GO or False."""
     if not JOB.get("gated"):
         return True
     _CTRL.write(word + "\n")
@@ -311,20 +305,27 @@ def _build_all(mod: object) -> dict[int, torch.nn.Module] | None:
     return models
 
 
-def _warmup(models: dict[int, torch.nn.Module], inputs: list[list]) -> None:
-    """Compile outside the GPU lock: one unrecorded call per shape (every recorded call
-    after it is checked, so what the candidate does here cannot help it)."""
+def _warmup(models: dict[int, torch.nn.Module], inputs: list[list],
+            compile_only: bool = True) -> None:
+    """One unrecorded call per shape, so that no recorded call compiles. Lock-free, its
+    kernels compile but never launch (kz_trace's compile_only: stopping this sandbox while
+    another is timed would not stop GPU work it had queued); autotuners, which must launch
+    their configs to choose one, run again with `compile_only=False` under the lock."""
     seen = set()
-    for call, cpu_inputs in zip(JOB["calls"], inputs):
-        if call["shape_index"] in seen:
-            continue
-        seen.add(call["shape_index"])
-        try:
-            with torch.no_grad():
-                models[call["shape_index"]](*[_to_device(x) for x in cpu_inputs])
-            _cuda_sync()
-        except BaseException:  # noqa: BLE001 - the recorded call will report it
-            pass
+    State.compile_only = compile_only
+    try:
+        for call, cpu_inputs in zip(JOB["calls"], inputs):
+            if call["shape_index"] in seen:
+                continue
+            seen.add(call["shape_index"])
+            try:
+                with torch.no_grad():
+                    models[call["shape_index"]](*[_to_device(x) for x in cpu_inputs])
+                _cuda_sync()
+            except BaseException:  # noqa: BLE001 - the recorded call will report it
+                pass
+    finally:
+        State.compile_only = False
 
 
 def main() -> None:
@@ -360,10 +361,13 @@ def main() -> None:
     if not _gate("KZ-SHARED"):
         return
     _mark("shared_wait")
+    if State.tuning_deferred:  # untraced, as the warm-up: the recorded calls are checked
+        _warmup(models, inputs, compile_only=False)
+        _mark("tune")
     for call_index, call in enumerate(JOB["calls"]):
         # Between calls the shared lock may go to a waiting timed phase (which waits for
         # every shared holder): a call is ~0.07 s, all of them ~0.6 s on the H200.
-        if call_index and not _gate("KZ-YIELD"):
+        if (call_index or State.tuning_deferred) and not _gate("KZ-YIELD"):
             return
         _run_call(models[call["shape_index"]], call, call_index, inputs[call_index])
         _write_report()  # incremental: a later crash keeps what was learnt

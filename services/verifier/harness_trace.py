@@ -34,6 +34,8 @@ class State:
     the allowed set. `suspended` > 0 inside a launch (the CPU interpreter runs torch ops)."""
 
     suspended = 0
+    compile_only = False  # the lock-free warm-up: kernels are compiled, never launched
+    tuning_deferred = False  # an autotuner met under compile_only left its benchmark for later
     launches = 0
     side_stream = 0
     violations: list[str] = []
@@ -99,23 +101,58 @@ def _wrap_launch(cls: Any) -> None:  # a Triton launcher class
     real = cls.run
 
     def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if State.compile_only:
+            kwargs["warmup"] = True  # Triton's own switch: compile, return, launch nothing
         if not kwargs.get("warmup", False):
             State.launches += 1
             State.side_stream += _on_side_stream()
         State.suspended += 1  # the CPU interpreter itself runs torch ops
         try:
-            return real(self, *args, **kwargs)
+            kernel = real(self, *args, **kwargs)
         finally:
             State.suspended -= 1
+        if State.compile_only:
+            _load(kernel)
+        return kernel
 
     cls.run = run
     WRAPPED.append((cls, run))
+
+
+def _load(kernel: Any) -> None:
+    """What a compiled kernel's first launch would do before launching: build its launcher
+    (gcc, cached on disk) and load its module, here rather than in a locked call."""
+    init = getattr(kernel, "_init_handles", None)
+    if callable(init):
+        init()
+
+
+def _wrap_autotuner() -> None:
+    """Under compile_only an autotuner compiles every config (Autotuner.warmup) instead of
+    benchmarking them (a benchmark launches each config for ~0.1 s): the harness runs the
+    benchmark later, under the GPU lock (tuning_deferred)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return
+    real = Autotuner.run
+
+    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not State.compile_only:
+            return real(self, *args, **kwargs)
+        State.tuning_deferred = True
+        kwargs.pop("warmup", None)  # Autotuner.warmup passes its own
+        return self.warmup(*args, **kwargs)
+
+    Autotuner.run = run
+    WRAPPED.append((Autotuner, run))
 
 
 def install_launch_counter() -> None:
     from triton.runtime import jit as _jit
 
     _wrap_launch(_jit.JITFunction)
+    _wrap_autotuner()
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:

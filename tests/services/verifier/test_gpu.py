@@ -66,6 +66,19 @@ def test_correct_kernels_pass_with_performance_measured() -> None:
     assert big.timings.spread is not None and big.timings.spread < 0.1
 
 
+def test_an_autotuned_kernel_is_tuned_under_the_lock_not_in_the_lock_free_warm_up() -> None:
+    """The lock-free warm-up compiles every config and launches none (kz_trace's
+    compile_only); the autotuner's benchmark (two configs, ~0.25 s of launches) runs after
+    the shared lock is granted, before the recorded calls (the harness's `tune` step).
+    On the code before, it ran in the warm-up with no lock, and there was no such step."""
+    src = (SOLUTIONS / "add_autotuned_ok.py").read_text()
+    r = verify_many([(problem_src("add"), src)], GPU_OPTIONS, workers=1)[0]
+    assert r.passed, r.reasons
+    assert r.perf_measured and r.timings and r.timings.candidate_ms > 0
+    steps = r.details["harness_steps_s"]
+    assert steps.get("tune", 0) > 0.1 and steps["call_forward"] < steps["tune"], steps
+
+
 # add_ok.py, looking for its holdout files in every call. Not a solution the static stage
 # would let through (`os`): the test runs it through candidate.run, which has none.
 LOOKING_FOR_HOLDOUTS = r"""

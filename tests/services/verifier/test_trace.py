@@ -1,0 +1,61 @@
+"""The harness's launch instrumentation (harness_trace.py, kz_trace in the sandbox), run in
+an interpreter of its own: it patches Triton's classes for the whole process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import services.verifier.harness_trace as trace
+
+SCRIPT = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import torch, triton, triton.language as tl
+import harness_trace as T
+T.install_launch_counter()
+
+@triton.jit
+def add(x, y, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                 key=["n"])
+@triton.jit
+def add_tuned(x, y, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+x, y = torch.randn(1000), torch.randn(1000)
+plain, tuned = torch.zeros(1000), torch.zeros(1000)
+T.State.compile_only = True
+add[(8,)](x, y, plain, 1000, BLOCK=128)
+add_tuned[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, y, tuned, 1000)
+out = {"launches": T.State.launches, "plain_ran": bool(plain.any()),
+       "tuned_ran": bool(tuned.any()), "tuned_configs": len(add_tuned.cache),
+       "deferred": T.State.tuning_deferred}
+T.State.compile_only = False
+add[(8,)](x, y, plain, 1000, BLOCK=128)
+out.update(after_launches=T.State.launches, after_right=torch.equal(plain, x + y))
+print(json.dumps(out))
+'''
+
+
+def test_the_warm_up_compiles_kernels_but_launches_none() -> None:
+    """Under compile_only neither a plain kernel nor an autotuned one runs (the autotuner
+    picks no config: its benchmark would launch every config with no GPU lock held; the
+    harness runs it later, under the lock, as `tuning_deferred` says), and nothing is
+    counted; afterwards launches run and count as before."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, "-c", SCRIPT, str(Path(trace.__file__).parent)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"launches": 0, "plain_ran": False, "tuned_ran": False, "tuned_configs": 0,
+                   "deferred": True, "after_launches": 1, "after_right": True}
