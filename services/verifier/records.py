@@ -124,6 +124,8 @@ class Pending:
 _END = object()
 
 
+# ------------------------------------------------------------------ reader (the parent)
+
 def read(out_dir: Path, name: str, max_bytes: int) -> dict[str, list | None] | None:
     """Record `name` as {group: [tensor | scalar | None, ...] or None}, or None when it is
     missing, bigger than `max_bytes`, or malformed in any way. Never raises."""
