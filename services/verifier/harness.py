@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_timing, ...
 # Before the candidate: these modules bind the real torch functions at import.
+from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_records import Pending  # noqa: E402
 from kz_trace import (WRAPPED, PassThrough, State, Tracer, configure,  # noqa: E402
@@ -150,18 +151,6 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
                                       "inputs_after": inputs if call.get("save_inputs") else None})
     REPORT["calls"].append(rec)
     _mark("call_checks", t)
-
-
-def _build_model(mod: object, shape: dict) -> torch.nn.Module:
-    init = _load(os.path.join(JOB["inputs"], shape["init_file"]), weights_only=True)
-    torch.manual_seed(shape["init_seed"])
-    model = mod.ModelNew(*init)  # type: ignore[attr-defined]
-    if shape.get("state_file"):
-        state = _load(os.path.join(JOB["inputs"], shape["state_file"]), weights_only=True)
-        own = model.state_dict()
-        if own and set(own) == set(state):
-            model.load_state_dict(state)
-    return model.to(DEVICE)
 
 
 def _integrity() -> list[str]:
@@ -293,18 +282,6 @@ def _gate(word: str, meanwhile: Callable[[], bool] | None = None) -> bool:
     return sys.stdin.readline().strip() == "GO"
 
 
-def _build_all(mod: object) -> dict[int, torch.nn.Module] | None:
-    models: dict[int, torch.nn.Module] = {}
-    try:
-        for s in sorted({c["shape_index"] for c in JOB["calls"]}):
-            models[s] = _build_model(mod, JOB["shapes"][s])
-    except BaseException as exc:  # noqa: BLE001
-        REPORT["errors"].append(["import", f"ModelNew construction failed: "
-                                 f"{type(exc).__name__}: {str(exc)[:300]}"])
-        return None
-    return models
-
-
 def _warmup(models: dict[int, torch.nn.Module], inputs: list[list],
             compile_only: bool = True) -> None:
     """One unrecorded call per shape, so that no recorded call compiles. Lock-free, its
@@ -328,6 +305,11 @@ def _warmup(models: dict[int, torch.nn.Module], inputs: list[list],
         State.compile_only = False
 
 
+def _failed(stage: str, reason: str) -> None:
+    REPORT["errors"].append([stage, reason])
+    _write_report()
+
+
 def main() -> None:
     global TIMER
     sys.path.insert(0, JOB["work"])
@@ -343,31 +325,41 @@ def main() -> None:
     try:
         mod = _import_solution()
     except BaseException as exc:  # noqa: BLE001
-        REPORT["errors"].append(["import", f"import failed: {_brief(exc)}"])
         REPORT["stage"] = "import"
-        _write_report()
+        _failed("import", f"import failed: {_brief(exc)}")
         return
     _mark("import")
-    models = _build_all(mod)
-    if models is None:
-        _write_report()
+    State.compile_only = True  # no lock yet: the constructor's kernels compile, do not run
+    built = build_all(mod, JOB, _load)
+    State.compile_only, rebuild = False, bool(State.held_back or State.tuning_deferred)
+    if isinstance(built, str) and not rebuild:
+        _failed("import", built)
         return
+    models = built if isinstance(built, dict) else {}
     inputs = [_load(os.path.join(JOB["inputs"], c["file"]), weights_only=True)
               for c in JOB["calls"]]
     _mark("build_and_load")
-    if DEVICE == "cuda":
+    if DEVICE == "cuda" and models:
         _warmup(models, inputs)
     _mark("compile")
     if not _gate("KZ-SHARED"):
         return
     _mark("shared_wait")
-    if State.tuning_deferred:  # untraced, as the warm-up: the recorded calls are checked
+    if rebuild:  # with the lock now, and its kernels launched: as the recorded calls need
+        built = build_all(mod, JOB, _load)
+        if isinstance(built, str):
+            _failed("import", built)
+            return
+        models = built
+        _mark("rebuild")
+    tune = DEVICE == "cuda" and (rebuild or State.tuning_deferred)
+    if tune:  # untraced, as the warm-up: the recorded calls are checked
         _warmup(models, inputs, compile_only=False)
         _mark("tune")
     for call_index, call in enumerate(JOB["calls"]):
         # Between calls the shared lock may go to a waiting timed phase (which waits for
         # every shared holder): a call is ~0.07 s, all of them ~0.6 s on the H200.
-        if (call_index or State.tuning_deferred) and not _gate("KZ-YIELD"):
+        if (call_index or tune) and not _gate("KZ-YIELD"):
             return
         _run_call(models[call["shape_index"]], call, call_index, inputs[call_index])
         _write_report()  # incremental: a later crash keeps what was learnt

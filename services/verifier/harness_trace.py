@@ -36,6 +36,7 @@ class State:
     suspended = 0
     compile_only = False  # the lock-free warm-up: kernels are compiled, never launched
     tuning_deferred = False  # an autotuner met under compile_only left its benchmark for later
+    held_back = 0  # launches compile_only kept from running
     launches = 0
     side_stream = 0
     violations: list[str] = []
@@ -102,6 +103,7 @@ def _wrap_launch(cls: Any) -> None:  # a Triton launcher class
 
     def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         if State.compile_only:
+            State.held_back += not kwargs.get("warmup", False)
             kwargs["warmup"] = True  # Triton's own switch: compile, return, launch nothing
         if not kwargs.get("warmup", False):
             State.launches += 1

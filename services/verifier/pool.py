@@ -35,7 +35,8 @@ from services.verifier.options import VerifyOptions
 
 # The harness and the modules it imports, as named in the sandbox: every name is one the
 # static policy keeps candidates from reaching (policy.REFERENCE_NAMES).
-HARNESS_FILES = {"harness.py": "harness.py", "kz_checks.py": "harness_checks.py",
+HARNESS_FILES = {"harness.py": "harness.py", "kz_build.py": "harness_build.py",
+                 "kz_checks.py": "harness_checks.py",
                  "kz_records.py": "records.py", "kz_trace.py": "harness_trace.py",
                  "kz_timing.py": "timing.py", "kz_timing_stats.py": "timing_stats.py"}
 

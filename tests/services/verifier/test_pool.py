@@ -115,6 +115,22 @@ def test_a_batch_starts_the_next_sandbox_while_it_judges_the_last(
     assert all(r.details["steps_s"]["run_wait"] >= 0 for r in reports)
 
 
+def test_a_model_whose_constructor_launches_a_kernel_is_built_again_under_the_lock(
+        tmp_path: Path) -> None:
+    """The first build runs before any GPU lock, with kernels compiled but not launched
+    (kz_trace's compile_only): the constructor's fill is held back, and the harness
+    builds the model again once its shared lock is granted (its `rebuild` step). On the
+    code before, the fill ran in the lock-free build and there was no such step."""
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
+    src = (SOLUTIONS / "add_ctor_kernel_ok.py").read_text()
+    r = verify_many([(problem_src("add"), src)], options, workers=1)[0]
+    assert r.passed, r.reasons
+    assert "rebuild" in r.details["harness_steps_s"], r.details["harness_steps_s"]
+    plain = verify_many([(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())],
+                        options, workers=1)[0]
+    assert plain.passed and "rebuild" not in plain.details["harness_steps_s"]
+
+
 def test_judges_default_to_half_the_workers() -> None:
     assert [core.judges_for(CPU_OPTIONS, w) for w in (1, 2, 12, 13)] == [1, 1, 6, 7]
     assert core.judges_for(replace(CPU_OPTIONS, judges=0), 12) == 0
