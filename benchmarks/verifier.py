@@ -89,6 +89,40 @@ class ModelNew(nn.Module):
         return out
 '''
 
+# An honest add whose block size an autotuner picks (its benchmark runs under the GPU lock
+# since verifier 1.10): `--autotuned N` adds N of them, each with its own config list.
+ADD_AUTOTUNED_SOLUTION = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.autotune(configs=[triton.Config({{"BLOCK": b}}, num_warps={warps}) for b in {blocks}],
+                 key=["n"])
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask),
+             mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        n = x.numel()
+        add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+        return out
+'''
+
+
+def autotuned_batch(n: int) -> list[tuple[str, str, str]]:
+    """`n` autotuned honest adds, distinct sources (2-4 configs each)."""
+    lists = [(256, 1024), (512, 2048), (256, 1024, 4096), (512, 1024, 2048, 4096)]
+    return [(f"autotuned_add_{k}", ADD_PROBLEM,
+             ADD_AUTOTUNED_SOLUTION.format(blocks=lists[k % 4], warps=(4, 8)[k // 4 % 2])
+             + f"# variant {k}\n") for k in range(n)]
+
+
 SOFTMAX_SOLUTION = '''
 import torch
 import torch.nn as nn
@@ -503,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="first a cold pass without pre-started sandboxes (the old path)")
     ap.add_argument("--no-timer", action="store_true", help="skip the timer-vs-do_bench check")
     ap.add_argument("--cold-only", action="store_true", help="no warm pass")
+    ap.add_argument("--autotuned", type=int, default=0, metavar="N",
+                    help="N more honest candidates whose kernel is autotuned (none by default: "
+                         "the batch stays comparable with earlier sessions)")
     ap.add_argument("--only", default="", help="only candidates whose label starts with this")
     ap.add_argument("--limit", type=int, default=0, help="at most this many candidates")
     ap.add_argument("--repeat", type=int, default=1,
@@ -538,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result["isolation_modes"] = list(available_modes("cuda"))
     result["gpu"] = torch.cuda.get_device_name()
-    batch = honest_batch() + cheat_batch()
+    batch = honest_batch() + autotuned_batch(args.autotuned) + cheat_batch()
     if args.quick:
         batch = batch[::3]
     batch = [b for b in batch if b[0].startswith(args.only)][:args.limit or None]
