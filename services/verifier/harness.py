@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_
 from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_records import Pending  # noqa: E402
-from kz_trace import (WRAPPED, PassThrough, State, Tracer, configure,  # noqa: E402
-                      install_launch_counter, poison_allocator)
+from kz_trace import (WRAPPED, PassThrough, State, Tracer, compiling_only,  # noqa: E402
+                      configure, install_launch_counter, poison_allocator)
 
 
 def _prewarm() -> None:
@@ -289,8 +289,7 @@ def _warmup(models: dict[int, torch.nn.Module], inputs: list[list],
     another is timed would not stop GPU work it had queued); autotuners, which must launch
     their configs to choose one, run again with `compile_only=False` under the lock."""
     seen = set()
-    State.compile_only = compile_only
-    try:
+    with compiling_only(compile_only):
         for call, cpu_inputs in zip(JOB["calls"], inputs):
             if call["shape_index"] in seen:
                 continue
@@ -301,8 +300,6 @@ def _warmup(models: dict[int, torch.nn.Module], inputs: list[list],
                 _cuda_sync()
             except BaseException:  # noqa: BLE001 - the recorded call will report it
                 pass
-    finally:
-        State.compile_only = False
 
 
 def _failed(stage: str, reason: str) -> None:
@@ -329,9 +326,9 @@ def main() -> None:
         _failed("import", f"import failed: {_brief(exc)}")
         return
     _mark("import")
-    State.compile_only = True  # no lock yet: the constructor's kernels compile, do not run
-    built = build_all(mod, JOB, _load)
-    State.compile_only, rebuild = False, bool(State.held_back or State.tuning_deferred)
+    with compiling_only():  # no lock yet: the constructor's kernels compile, do not run
+        built = build_all(mod, JOB, _load)
+    rebuild = bool(State.held_back or State.tuning_deferred)
     if isinstance(built, str) and not rebuild:
         _failed("import", built)
         return

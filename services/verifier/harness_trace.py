@@ -8,6 +8,8 @@ every function captured here is the real one. `configure` gives it the job's rul
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -119,6 +121,16 @@ def _wrap_launch(cls: Any) -> None:  # a Triton launcher class
 
     cls.run = run
     WRAPPED.append((cls, run))
+
+
+@contextmanager
+def compiling_only(on: bool = True) -> Iterator[None]:
+    """State.compile_only for the block (kernels compiled, none launched), then off."""
+    State.compile_only = on
+    try:
+        yield
+    finally:
+        State.compile_only = False
 
 
 def _load(kernel: Any) -> None:
