@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -74,11 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         print(result["skipped"])
         return 0
     result["gpu"] = torch.cuda.get_device_name()
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.spin_ms)],
+    # A file, not `python -c`: Triton reads a kernel's source with inspect, which needs one.
+    script = Path(tempfile.mkdtemp(prefix="kz-stop-probe-")) / "spin_child.py"
+    script.write_text(CHILD)
+    child = subprocess.Popen([sys.executable, str(script), str(args.spin_ms)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdin and child.stdout
         ready = child.stdout.readline().split()
+        if len(ready) != 2:
+            raise SystemExit(f"the spin child failed before it was ready (rc {child.wait()})")
         result["calibration_ms_per_1m_iters"] = float(ready[1])
         result["quiet_ms"] = _victim_ms()  # the child idle, its context alive
         child.stdin.write("go\n")
