@@ -31,6 +31,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from benchmarks.occupancy import occupancy  # noqa: E402
+
 TESTS = REPO / "tests" / "services" / "verifier"
 
 ADD_PROBLEM = '''
@@ -296,6 +298,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             # the reference worker's own clock (startup is hidden when it was pre-started)
             "median_reference_steps_s": _medians([x["reference_steps_s"] for x in rows]),
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
+            # sandboxes busy mid-batch (of `workers`), and the rate had all been busy all along
+            "occupancy": occupancy(rows, workers),
             "exclusive_s": _exclusive(batch, rows, wall),
             # the GPU lock: its shared-epoch minimum, and seconds closed to new shared steps
             # (draining, exclusive), batches of timed phases, share of the wall closed
@@ -479,6 +483,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "reference": " ".join(f"{k}={t:.2f}"
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
             "exclusive": " ".join(f"{k}={t}" for k, t in (v.get("exclusive_s") or {}).items()),
+            "occupancy": " ".join(f"{k}={t}" for k, t in (v.get("occupancy") or {}).items()),
             "lock": " ".join(f"{k}={t}" for k, t in
                              {"epoch_s": v.get("shared_epoch_s"), **(v.get("lock") or {})}.items()),
             "holdout": " ".join(f"{k}={t:.3g}" for k, t in (v.get("holdout") or {}).items()),
@@ -498,7 +503,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_batches",
              "first_done_s",
-             "median_cand_s", "warm_starts", "exclusive", "lock", "holdout",
+             "median_cand_s", "warm_starts", "occupancy", "exclusive", "lock", "holdout",
              "cpu_busy", "gpu_util", "parent", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]

@@ -1,0 +1,27 @@
+from benchmarks.occupancy import occupancy
+
+
+def _row(start: float, end: float, sandboxed: bool = True) -> dict:
+    return {"batch_s": [start, end], "sandbox_batch_s": [start, end] if sandboxed else []}
+
+
+def test_two_always_busy_sandboxes_read_two_and_the_ideal_rate() -> None:
+    # two sandboxes back to back, 2 s each, plus one static reject in every five
+    rows = [_row(2.0 * k, 2.0 * k + 2.0) for k in range(20) for _ in range(2)]
+    rows += [_row(1.0, 1.0, sandboxed=False) for _ in range(10)]
+    got = occupancy(rows, workers=2)
+    assert got["sandboxed"] == 40 and got["sandboxed_share"] == 0.8
+    assert got["mean_sandbox_s"] == 2.0
+    assert got["busy_mid"] == 2.0
+    assert got["ideal_per_minute"] == 75.0  # 60 * 2 / 2 s / 0.8
+
+
+def test_idle_gaps_lower_the_busy_reading() -> None:
+    # one sandbox busy 1 s of every 2 s
+    rows = [_row(2.0 * k, 2.0 * k + 1.0) for k in range(20)]
+    # p10 and p90 completions at 5 s and 35 s: busy 15 of those 30 s
+    assert occupancy(rows, workers=1)["busy_mid"] == 0.5
+
+
+def test_too_few_verdicts_give_no_reading() -> None:
+    assert occupancy([_row(0.0, 1.0)], workers=1) == {"sandboxed": 1}
