@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         os.kill(child.pid, signal.SIGCONT)
         child.kill()
         child.wait()
+        shutil.rmtree(script.parent, ignore_errors=True)
     result["ratio"] = round(result["stopped_child_ms"] / result["quiet_ms"], 3)  # type: ignore[operator]
     for k in ("quiet_ms", "stopped_child_ms", "ratio", "spin_ms"):
         print(f"{k:>18}  {result[k]}")
