@@ -183,7 +183,8 @@ def repeated(batch: list[tuple[str, str, str]], n: int) -> list[tuple[str, str, 
 
 def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                   adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1,
-                  holdouts: int = 2, epoch_ms: int | None = None, judges: int = -1) -> Any:
+                  holdouts: int = 2, epoch_ms: int | None = None, judges: int = -1,
+                  permit_at_done: bool = False) -> Any:
     """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
@@ -193,7 +194,7 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
     options = VerifyOptions(device="cuda", cache_dir=cache, n_timing_runs=30, warmup=3,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
                             adaptive_shadow=adaptive_shadow, workers=workers,
-                            holdouts=holdouts, judges=judges,
+                            holdouts=holdouts, judges=judges, permit_at_done=permit_at_done,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
     if epoch_ms is not None:
         options = replace(options, shared_epoch_s=epoch_ms / 1000)
@@ -204,7 +205,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
               adaptive_shadow: bool = True, zygote: int = -1,
               holdouts: int = 2, epoch_ms: int | None = None,
-              batches: int = 1, judges: int = -1) -> dict[str, Any]:
+              batches: int = 1, judges: int = -1, early: bool = False) -> dict[str, Any]:
     """One pass. `batches` > 1: the verifier service's way, one session across its batches
     (each a new copy: new problems, cold compiles); the last one is reported, its clock
     from its own start (the session, its fork server and warm sandboxes already up)."""
@@ -212,7 +213,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     from services.verifier import core
 
     options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
-                            holdouts=holdouts, epoch_ms=epoch_ms, judges=judges)
+                            holdouts=holdouts, epoch_ms=epoch_ms, judges=judges,
+                            permit_at_done=early)
     items = [(p, s) for _, p, s in batch]
     earlier, lock0 = [], {}
     if batches > 1:  # as VerifierCore._get_session makes it
@@ -513,10 +515,11 @@ def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
     unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch",
-                         "batches", "judges"}
+                         "batches", "judges", "early"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
-                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N,judges=N")
+                         "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N,judges=N,"
+                         "early=0|1")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -574,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = repeated(batch, args.repeat)
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
-               "holdouts": 2, "epoch": -1, "batches": args.batches, "judges": -1}
+               "holdouts": 2, "epoch": -1, "batches": args.batches, "judges": -1,
+               "early": 0}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -591,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
                                  cfg["builders"] or None, bool(cfg["shadow"]),
                                  cfg["zygote"], cfg["holdouts"],
                                  cfg["epoch"] if cfg["epoch"] >= 0 else None, cfg["batches"],
-                                 cfg["judges"])
+                                 cfg["judges"], bool(cfg["early"]))
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

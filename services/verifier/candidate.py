@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,10 +83,12 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
     reads the files the sandbox left, so the next candidate's sandbox may start meanwhile."""
     steps: dict[str, float] = {}  # parent-side seconds per step (where a candidate's time goes)
     t0 = time.monotonic()
-    with running or nullcontext():
+    with running or nullcontext() as permit:
         steps["run_wait"] = time.monotonic() - t0
+        # with permit_at_done the place goes when the timed runs end (outputs still to write)
+        early = getattr(permit, "give_back", None) if options.permit_at_done else None
         slot, job, res = _sandboxed(solution_src, bundle, options, base, mode, gates, slots,
-                                    steps)
+                                    steps, early)
     try:
         out = judge(slot.work, job, res, bundle, options, gates, steps)
         out.details["steps_s"] = {k: round(v, 3) for k, v in steps.items()}
@@ -97,7 +99,8 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
 
 def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
                mode: str, gates: sandbox.Gates | None, slots: SlotPool | None,
-               steps: dict[str, float]) -> tuple[Any, dict[str, Any], sandbox.RunResult]:
+               steps: dict[str, float], after_timed: Callable[[], None] | None = None,
+               ) -> tuple[Any, dict[str, Any], sandbox.RunResult]:
     """The candidate's run in its sandbox, torn down when it returns; its slot's files
     stay for the judgement (the caller closes the slot; this does if it raises)."""
     key = source_hash(solution_src, options.device)
@@ -110,7 +113,8 @@ def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOption
         with _step(steps, "load"), _hash_lock(key):  # identical sources share one cache in turn
             withheld = slot.load(solution_src, bundle.inputs_dir, cache, withhold=held)
         with _step(steps, "sandbox"):
-            res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld)
+            res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld,
+                                      after_timed)
         with _step(steps, "save_cache"), _hash_lock(key):
             slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
         return slot, job, res

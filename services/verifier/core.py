@@ -279,15 +279,33 @@ def warm_slots_for(options: VerifyOptions, workers: int) -> int:
     return max(options.warm_slots, workers) if options.warm_slots else 0
 
 
-@contextmanager
-def _held(permits: threading.BoundedSemaphore, t0: float, into: list[float]) -> Iterator[None]:
-    """Hold one of `permits`; when it was got and given back (seconds since t0) go `into`."""
-    with permits:
-        into.append(round(time.monotonic() - t0, 3))
-        try:
-            yield
-        finally:
-            into.append(round(time.monotonic() - t0, 3))
+class Permit:
+    """One of `permits`, held for a candidate's sandbox run; when it was got and given back
+    (seconds since t0) go `into`. `give_back` may come early (candidate.run, with
+    `permit_at_done`); leaving the block gives it back if that has not."""
+
+    def __init__(self, permits: threading.BoundedSemaphore, t0: float,
+                 into: list[float]) -> None:
+        self._permits, self._t0, self._into = permits, t0, into
+        self._held = False
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Permit:
+        self._permits.acquire()
+        self._held = True
+        self._into.append(round(time.monotonic() - self._t0, 3))
+        return self
+
+    def give_back(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+            self._into.append(round(time.monotonic() - self._t0, 3))
+            self._permits.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self.give_back()
 
 
 def judges_for(options: VerifyOptions, workers: int) -> int:
@@ -346,7 +364,7 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
         start = time.monotonic() - t0
         held: list[float] = []
         try:
-            report = session.verify(problem, solution, running=_held(running, t0, held))
+            report = session.verify(problem, solution, running=Permit(running, t0, held))
         finally:
             session.done_with(problem)
         # when this candidate started and ended, seconds into the batch (diagnostics: the

@@ -77,6 +77,10 @@ class VerifyOptions:
     # the H200) while its `workers` sandboxes already run the next ones; -1: half the
     # workers, rounded up; 0: each worker judges its own candidate before the next
     judges: int = -1
+    # give a sandbox's place to the next candidate when its timed runs end, not when it
+    # exits (it then only writes its outputs: 0.84 s mean of an 8.6 s run on the H200,
+    # no GPU lock); off until an H200 A/B shows it helps (verifier_notes.md, 14th session)
+    permit_at_done: bool = False
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -246,9 +247,11 @@ class Process:
         S.send(self.proc, f"{ctrl_w}\n".encode())
 
     def finish(self, stdin_data: bytes, gates: Gates | None = None,
-               handover: Handover | None = None) -> RunResult:
+               handover: Handover | None = None,
+               after_timed: Callable[[], None] | None = None) -> RunResult:
         """Send the job, supervise the phases, tear everything down; once only. `handover`:
-        files the child sees only between IDLE and READY, if it asks (the holdouts)."""
+        files the child sees only between IDLE and READY, if it asks (the holdouts);
+        `after_timed` is called when its timed phase has ended (DONE), before it exits."""
         if self._done:
             raise SandboxError("sandboxed process already used")
         self._done = True
@@ -258,7 +261,7 @@ class Process:
         try:
             S.send(self.proc, stdin_data)
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
-                                     self._others(), handover)
+                                     self._others(), handover, after_timed)
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
         except subprocess.TimeoutExpired:

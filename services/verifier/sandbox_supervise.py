@@ -63,11 +63,13 @@ class Gates(Protocol):
 
 def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
            limits: Limits, clock: dict[str, float] | None = None,
-           others: Others | None = None, handover: Handover | None = None) -> bool:
+           others: Others | None = None, handover: Handover | None = None,
+           after_timed: Callable[[], None] | None = None) -> bool:
     """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
     the seconds spent in each phase (to see where a candidate's wall time goes). `others`:
     lists every other sandbox's processes, paused while this child is timed.
-    `handover`: files the child gets between IDLE and READY if it asks (HOLDOUTS)."""
+    `handover`: files the child gets between IDLE and READY if it asks (HOLDOUTS).
+    `after_timed`: called once the timed phase ended with DONE (the child's exit to come)."""
     t = clock if clock is not None else {}
     mark = time.monotonic()
 
@@ -94,7 +96,10 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
                     handover.take()  # before GO: the timed runs never see them
             lap("idle")  # lock-free work between the phases
     if ctrl.ready.is_set() and proc.poll() is None:
-        return _timed_phase(proc, ctrl, gates, limits.timing_wall_s, t, lap, others)
+        done = _timed_phase(proc, ctrl, gates, limits.timing_wall_s, t, lap, others)
+        if done and after_timed is not None:
+            after_timed()
+        return done
     return True
 
 

@@ -77,12 +77,15 @@ def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) 
     assert oct(private.stat().st_mode & 0o777) == "0o700"  # nothing widened the caller's dir
 
 
+@pytest.mark.parametrize("early", [False, True], ids=["permit_at_exit", "permit_at_done"])
 def test_a_batch_starts_the_next_sandbox_while_it_judges_the_last(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early: bool) -> None:
     """One worker, one judge: the first candidate's judgement waits until the second
     candidate's sandbox has started (on the code before, it would wait in vain: its worker
-    held the only place until its verdict), and no two sandboxes ever run at once."""
-    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"), judges=1)
+    held the only place until its verdict), and no two sandboxes ever run at once. (On the
+    CPU no phase is timed, so `permit_at_done` keeps each place to the sandbox's exit.)"""
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"), judges=1,
+                      permit_at_done=early)
     entered, second = [], threading.Event()
     real_sandboxed, real_judge = candidate._sandboxed, candidate.judge
 
@@ -136,6 +139,22 @@ def test_judges_default_to_half_the_workers() -> None:
     assert core.judges_for(replace(CPU_OPTIONS, judges=0), 12) == 0
     with pytest.raises(ValueError, match="judges"):
         replace(CPU_OPTIONS, judges=-2)
+
+
+def test_a_permit_given_back_early_frees_its_place_once() -> None:
+    """`permit_at_done`: the place goes at the end of the timed runs; leaving the sandbox's
+    block later must not give it back a second time (a bounded semaphore would raise, a
+    plain one would let one sandbox too many run)."""
+    permits, into = threading.BoundedSemaphore(1), []  # type: ignore[var-annotated]
+    with core.Permit(permits, 0.0, into) as permit:
+        assert not permits.acquire(blocking=False)  # held
+        permit.give_back()
+        assert permits.acquire(blocking=False)  # free for the next candidate's sandbox
+    permits.release()
+    assert len(into) == 2  # got, given back: the benchmark's sandbox_batch_s
+    with core.Permit(permits, 0.0, []):
+        assert not permits.acquire(blocking=False)
+    assert permits.acquire(blocking=False)  # given back at the block's end
 
 
 def test_a_slot_gets_its_holdouts_only_through_the_handle(tmp_path: Path) -> None:

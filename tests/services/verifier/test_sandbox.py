@@ -491,6 +491,37 @@ def test_a_child_that_never_asks_gets_no_holdouts(base: Path) -> None:
     assert not os.listdir(base / "inputs")
 
 
+# The harness after its timed runs: DONE, then its outputs written before it exits.
+WRITING_CHILD = GATED_CHILD + r"""
+gate("KZ-SHARED")
+ctrl.write("KZ-IDLE\n")
+gate("KZ-READY")
+ctrl.write("KZ-DONE\n")
+time.sleep(1.0)  # writing its outputs, no lock held
+"""
+
+
+def test_after_timed_comes_at_done_not_at_exit(base: Path) -> None:
+    """`after_timed` (how a batch gives a sandbox's place back early, `permit_at_done`) is
+    called when the timed phase ends, while the child still writes its outputs."""
+    proc, gates = _gated_process(base, WRITING_CHILD)
+    t0 = time.monotonic()
+    called: list[float] = []
+    res = proc.finish(b"{}\n", gates, after_timed=lambda: called.append(time.monotonic() - t0))
+    assert not res.timed_out and res.returncode == 0, res.describe()
+    assert len(called) == 1 and called[0] < res.wall_s - 0.7, (called, res.wall_s)
+
+
+def test_after_timed_is_not_called_without_a_timed_phase(base: Path) -> None:
+    """DONE in the shared phase (the harness on a failed call): no timed phase ended."""
+    src = GATED_CHILD + 'gate("KZ-SHARED")\nctrl.write("KZ-DONE\\n")\n'
+    proc, gates = _gated_process(base, src)
+    called: list[int] = []
+    res = proc.finish(b"{}\n", gates, after_timed=lambda: called.append(1))
+    assert not res.timed_out and not res.ready_seen, res.describe()
+    assert not called
+
+
 def test_cgroups_left_by_a_dead_verifier_are_swept_and_live_ones_kept() -> None:
     """A killed verifier leaves one cgroup per live sandbox (its candidates die with it);
     the next one removes those that are empty and old, never one with a process in it."""
