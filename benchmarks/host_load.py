@@ -27,6 +27,10 @@ class HostLoad:
         self.period_s = period_s
         self.cpu: list[float] = []  # busy fraction of all cores per sample interval
         self.gpu: list[float] = []  # nvidia-smi utilization.gpu per sample, 0..1
+        # GPU memory per sample, MiB: the device's used total, this (the parent) process's
+        # share, the largest other process's, and how many processes held a context
+        self.gpu_mem: list[tuple[float, float, float, int]] = []
+        self.gpu_mem_total = 0.0
         # this (the verifier's parent) process: cores used per sample (all its threads), and
         # how late a 5 ms sleep wakes up: one thread holding the GIL shows as lateness
         self.parent: list[float] = []
@@ -76,10 +80,19 @@ class HostLoad:
     def _sample_gpu(self, smi: str) -> None:
         try:
             fmt = "--format=csv,noheader,nounits"
-            out = subprocess.run([smi, "--query-gpu=utilization.gpu", fmt, "-i", "0"],
-                                 capture_output=True, text=True, timeout=2,
+            out = subprocess.run([smi, "--query-gpu=utilization.gpu,memory.used,memory.total",
+                                  fmt, "-i", "0"], capture_output=True, text=True, timeout=2,
                                  check=False).stdout.strip()
-            self.gpu.append(float(out.splitlines()[0]) / 100)
+            util, used, total = (float(v) for v in out.splitlines()[0].split(","))
+            self.gpu.append(util / 100)
+            self.gpu_mem_total = total
+            apps = subprocess.run([smi, "--query-compute-apps=pid,used_memory", fmt, "-i", "0"],
+                                  capture_output=True, text=True, timeout=2,
+                                  check=False).stdout.strip().splitlines()
+            per = [(int(a), float(b)) for a, b in (line.split(",") for line in apps if line)]
+            mine = sum(m for pid, m in per if pid == os.getpid())
+            others = [m for pid, m in per if pid != os.getpid()]
+            self.gpu_mem.append((used, mine, max(others, default=0.0), len(per)))
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
             pass
 
@@ -96,6 +109,14 @@ class HostLoad:
                                                 / len(self.cpu), 3))
         if self.gpu:
             out.update(gpu_util_mean=round(statistics.fmean(self.gpu), 3))
+        if self.gpu_mem:
+            peak = max(self.gpu_mem)  # the sample with the most device memory in use
+            out.update(gpu_mem_total_mib=self.gpu_mem_total, gpu_mem_used_max_mib=peak[0],
+                       gpu_mem_used_mean_mib=round(statistics.fmean(m[0] for m in self.gpu_mem)),
+                       gpu_mem_at_peak={"parent_mib": peak[1], "largest_other_mib": peak[2],
+                                        "processes": peak[3]},
+                       gpu_mem_parent_max_mib=max(m[1] for m in self.gpu_mem),
+                       gpu_mem_other_max_mib=max(m[2] for m in self.gpu_mem))
         for name, xs in (("parent_cores", self.parent), ("gil_late_ms", self.gil_late_ms)):
             if xs:
                 out[f"{name}_mean"], out[f"{name}_p90"] = round(statistics.fmean(xs), 3), _p90(xs)

@@ -8,8 +8,11 @@ process stops it at once with SIGSTOP, as a timed phase stops every other sandbo
 times a 64 MB device copy with triton.testing.do_bench (25 ms warm-up, median) while the
 child is stopped. The same timing with the child idle is the baseline. Prediction: the
 stopped child's kernel keeps running, and the copy reads ~2x slow (the GPU time-slices the
-two contexts) for the first spin-ms. Prints a table; writes DIR/stop_probe.json. Skips
-without CUDA.
+two contexts) for the first spin-ms. A median over thousands of 50 us copies can hide
+that (most copies fall inside this process's own time slices), so the probe also times a
+burst: back-to-back copies for about a third of spin-ms between one pair of events, right
+after the stop, against the same burst with the child idle. Prints a table; writes
+DIR/stop_probe.json. Skips without CUDA.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def spin(x_ptr, n):
 x = torch.zeros(torch.cuda.get_device_properties(0).multi_processor_count * 8, device="cuda")
 grid = (x.numel(),)
 spin[grid](x, 1000)
+spin[grid](x, 1_000_000)  # clocks up first: a calibration at idle clocks ran 3x long
+torch.cuda.synchronize()
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 start.record()
 spin[grid](x, 1_000_000)
@@ -65,6 +70,20 @@ def _victim_ms() -> float:
     return float(triton.testing.do_bench(lambda: y.copy_(x), return_mode="median"))
 
 
+def _burst_ms(n: int) -> float:
+    """`n` back-to-back 64 MB copies between one pair of events: any GPU time another
+    context takes meanwhile is inside the window (a median would step around it)."""
+    x = torch.randn(16 << 20, device="cuda")
+    y = torch.empty_like(x)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        y.copy_(x)
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -88,10 +107,16 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"the spin child failed before it was ready (rc {child.wait()})")
         result["calibration_ms_per_1m_iters"] = float(ready[1])
         result["quiet_ms"] = _victim_ms()  # the child idle, its context alive
+        _burst_ms(20)  # warm
+        # a third of the spin's calibrated length (the quiet copy time sizes it)
+        n = max(20, int(args.spin_ms / 3 / result["quiet_ms"]))
+        result["burst_copies"] = n
+        result["quiet_burst_ms"] = _burst_ms(n)
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "queued"
         os.kill(child.pid, signal.SIGSTOP)  # as quiet.others_paused does
+        result["stopped_burst_ms"] = _burst_ms(n)  # first: while the spin surely runs
         result["stopped_child_ms"] = _victim_ms()
         os.kill(child.pid, signal.SIGCONT)
         result["spin_ms"] = float(child.stdout.readline().split()[1])
@@ -101,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         child.wait()
         shutil.rmtree(script.parent, ignore_errors=True)
     result["ratio"] = round(result["stopped_child_ms"] / result["quiet_ms"], 3)  # type: ignore[operator]
-    for k in ("quiet_ms", "stopped_child_ms", "ratio", "spin_ms"):
+    result["burst_ratio"] = round(result["stopped_burst_ms"] / result["quiet_burst_ms"], 3)  # type: ignore[operator]
+    for k in ("quiet_ms", "stopped_child_ms", "ratio", "burst_copies", "quiet_burst_ms",
+              "stopped_burst_ms", "burst_ratio", "spin_ms"):
         print(f"{k:>18}  {result[k]}")
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"stop_probe_{str(result['gpu']).replace(' ', '_')}.json"

@@ -261,6 +261,10 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      "reference_steps_s": r.details.get("reference_steps_s"),
                      "reference_phase_s": r.details.get("reference_phase_s"),
                      "reference_timing": r.details.get("reference_timing"),
+                     # device memory each sandbox / reference worker reserved at its peak (MiB)
+                     "gpu_peak_mb": r.details.get("harness_gpu_peak_mb"),
+                     "reference_gpu_peak_mb": r.details.get("reference_gpu_peak_mb"),
+                     "oom_reruns": r.details.get("oom_reruns"),
                      # the timer's own view of each timed run: flush shadow vs host launch
                      "timing_diag": _timing_diag(r.details.get("candidate_timing") or {})})
     honest = [x for x in rows if not x["label"].startswith("cheat_")]
@@ -303,6 +307,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             # sandboxes busy mid-batch (of `workers`), and the rate had all been busy all along
             "occupancy": occupancy(rows, workers),
             "exclusive_s": _exclusive(batch, rows, wall),
+            "gpu_memory": _gpu_memory(rows),
             # the GPU lock: its shared-epoch minimum, and seconds closed to new shared steps
             # (draining, exclusive), batches of timed phases, share of the wall closed
             "shared_epoch_s": options.shared_epoch_s,
@@ -312,6 +317,20 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
             "rows": rows, "fingerprint": reports[0].fingerprint if reports else {}}
+
+
+def _gpu_memory(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Peak device memory (MiB) per candidate sandbox and per reference worker (each
+    bundle once): median, max and whose; candidates run again after an out-of-memory
+    failure (core.Session._run)."""
+    out: dict[str, Any] = {"oom_reruns": sum(len(x.get("oom_reruns") or []) for x in rows),
+                           "oom_rerun_labels": [x["label"] for x in rows if x.get("oom_reruns")]}
+    for key in ("gpu_peak_mb", "reference_gpu_peak_mb"):
+        got = {x["label"]: x[key] for x in rows if isinstance(x.get(key), int)}
+        if got:
+            top = max(got, key=got.__getitem__)
+            out[key] = {"median": statistics.median(got.values()), "max": got[top], "at": top}
+    return out
 
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
@@ -486,11 +505,16 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
             "exclusive": " ".join(f"{k}={t}" for k, t in (v.get("exclusive_s") or {}).items()),
             "occupancy": " ".join(f"{k}={t}" for k, t in (v.get("occupancy") or {}).items()),
+            "gpu_memory": " ".join(f"{k}={t}" for k, t in (v.get("gpu_memory") or {}).items()
+                                   if k != "oom_rerun_labels"),
             "lock": " ".join(f"{k}={t}" for k, t in
                              {"epoch_s": v.get("shared_epoch_s"), **(v.get("lock") or {})}.items()),
             "holdout": " ".join(f"{k}={t:.3g}" for k, t in (v.get("holdout") or {}).items()),
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
+            "gpu_mem_mib": " ".join(f"{k}={(v.get('host') or {}).get(k)}" for k in (
+                "gpu_mem_used_max_mib", "gpu_mem_total_mib", "gpu_mem_parent_max_mib",
+                "gpu_mem_other_max_mib", "gpu_mem_at_peak")),
             "parent": " ".join(f"{k}={(v.get('host') or {}).get(k)}" for k in (
                 "parent_cores_mean", "parent_cores_p90", "gil_late_ms_mean", "gil_late_ms_p90")),
             "cpu_s_per_cand": v.get("cpu_s_per_candidate"),
@@ -505,8 +529,9 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_batches",
              "first_done_s",
-             "median_cand_s", "warm_starts", "occupancy", "exclusive", "lock", "holdout",
-             "cpu_busy", "gpu_util", "parent", "cpu_s_per_cand", "sandbox_cpu", "spread_med",
+             "median_cand_s", "warm_starts", "occupancy", "gpu_memory", "exclusive", "lock",
+             "holdout", "cpu_busy", "gpu_util", "gpu_mem_mib", "parent", "cpu_s_per_cand",
+             "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",
              "reference"]
 

@@ -178,6 +178,8 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
     if isinstance(cpu, dict):
         o.details["harness_cpu_s"] = {str(k)[:16]: v for k, v in list(cpu.items())[:4]
                                       if isinstance(v, (int, float))}
+    if isinstance(peak := report.get("gpu_peak_mb"), int):  # the harness's word: diagnostics
+        o.details["harness_gpu_peak_mb"] = peak
     cap = options.fsize_mb << 20
     steps = {} if steps is None else steps
     with _step(steps, "judge_load"):  # every file first: the device section below is short

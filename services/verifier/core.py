@@ -18,11 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from services.verifier import candidate, compare_device, perf, reference, sandbox
+from services.verifier import candidate, compare_device, gpu_memory, perf, reference, sandbox
 from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError, SandboxError
 from services.verifier.gpu_lock import GpuLock, KindOfHolder
 from services.verifier.options import VerifyOptions
+from services.verifier.permits import Permit, judges_for, warm_slots_for
 from services.verifier.pool import SlotPool
 from services.verifier.prefetch import Plan, Progress, prefetch
 from services.verifier.report import Timings, VerifyReport, first_stage, rejected
@@ -55,6 +56,8 @@ class Session:
         self._guard = threading.Lock()
         self.gpu = GpuLock(options.cache, options.shared_epoch_s) \
             if options.device == "cuda" else None
+        # reruns after a CUDA out-of-memory failure wait here for room on the device
+        self.memory = gpu_memory.DeviceMemory() if self.gpu is not None else None
         if self.gpu is not None:  # while the first bundles build: off the first verdicts' path
             compare_device.warm(self._gates("compare"))
 
@@ -113,7 +116,13 @@ class Session:
         key = reference.problem_key(problem_src, self.options)
         with self._guard:
             self._expected[key] = max(0, self._expected.get(key, 0) - 1)
+            idle = self._expected[key] == 0 and self._in_use.get(key, 0) == 0
+            b = self._bundles.get(key) if idle else None
             self._evict()
+        if isinstance(b, reference.ReferenceBundle) and b.drop_device_copies():
+            # its references leave the parent's device memory now, not at eviction: on an
+            # 80 GB H100 the parent held 19.5 GB of the device at a batch's peak
+            gpu_memory.release_cached()
 
     def _evict(self) -> None:
         """Keep at most max_bundles; drop the oldest unpinned ones (and their inputs)."""
@@ -126,20 +135,31 @@ class Session:
                     shutil.rmtree(old.inputs_dir, ignore_errors=True)
 
     def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
+        """The problem's bundle, or why it is unusable. A build that ran the device out of
+        memory is made once more when there is room: other workers may have held it."""
+        try:
+            b = self._build_once(problem_src)
+        except ProblemError as exc:
+            if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
+                return exc
+            with self.memory.room(gpu_memory.MIN_NEED, gpu_memory.ROOM_WAIT_S):
+                try:
+                    b = self._build_once(problem_src)
+                except ProblemError as again:
+                    return again
+        with self._guard:  # the unsettled ones only: a service's session lives long
+            self._built = [x for x in self._built if not x.settled] + [b]
+        return b
+
+    def _build_once(self, problem_src: str) -> reference.ReferenceBundle:
         o = self.options
         name = perf.gpu_name_hint()
         # Every bundle built before a peak is cached measures one (~1 s of GPU): no verdict
         # may miss its speed-of-light check because another bundle's measurement failed.
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
-        try:
-            b = reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
-                                measure_peak=need_peak, gates=self._gates("reference"),
-                                slots=self.ref_slots, on_settled=self._settled)
-        except ProblemError as exc:
-            return exc
-        with self._guard:  # the unsettled ones only: a service's session lives long
-            self._built = [x for x in self._built if not x.settled] + [b]
-        return b
+        return reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
+                               measure_peak=need_peak, gates=self._gates("reference"),
+                               slots=self.ref_slots, on_settled=self._settled)
 
     def _settled(self, bundle: reference.ReferenceBundle) -> None:
         if bundle.meta.get("peak"):
@@ -183,8 +203,7 @@ class Session:
                kernels: tuple[str, ...],
                running: AbstractContextManager[Any] | None) -> VerifyReport:
         o = self.options
-        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self._gates("harness"),
-                            self.slots, running)
+        out = self._run(solution_src, bundle, running)
         # The bundle came as soon as its trials were in; its baselines' timing (and a
         # failure there: the problem is unusable, as before) must be in for the verdict.
         bundle.settle(o.reference_timeout_s + 60)
@@ -202,7 +221,8 @@ class Session:
                                     "reference_steps_s": bundle.meta.get("steps_s"),
                                     "reference_phase_s": bundle.meta.get("phase_s"),
                                     "reference_timing": _baseline_summary(bundle.meta),
-                                    "reference_warm_start": bundle.meta.get("warm_start")})
+                                    "reference_warm_start": bundle.meta.get("warm_start"),
+                                    "reference_gpu_peak_mb": bundle.meta.get("gpu_peak_mb")})
         if o.device == "cuda" and not out.failures:
             self._performance(rep, out, bundle)
         if out.failures:
@@ -210,6 +230,28 @@ class Session:
             rep.reasons = [f"{s}: {r}" for s, r in out.failures]
         rep.passed = not out.failures
         return rep
+
+    def _run(self, solution_src: str, bundle: reference.ReferenceBundle,
+             running: AbstractContextManager[Any] | None) -> candidate.Outcome:
+        """The candidate's sandbox run and judgement, made again (up to `oom_reruns` times)
+        after a CUDA out-of-memory failure, once the device has room (gpu_memory.py)."""
+        o = self.options
+        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self._gates("harness"),
+                            self.slots, running)
+        reruns: list[dict[str, Any]] = []
+        while self.memory is not None and len(reruns) < o.oom_reruns and out.failures:
+            said = [r for _, r in out.failures] + [str(out.details.get("stderr_tail", ""))]
+            if not gpu_memory.worth_rerun(said, self.memory.total()):
+                break
+            with self.memory.room(gpu_memory.need_bytes(bundle.meta),
+                                  gpu_memory.ROOM_WAIT_S) as waited:
+                reruns.append({"reasons": [r[:300] for _, r in out.failures[:2]],
+                               "waited_s": waited})
+                out = candidate.run(solution_src, bundle, o, self.base, self.mode,
+                                    self._gates("harness"), self.slots, running)
+        if reruns:
+            out.details["oom_reruns"] = reruns
+        return out
 
     def _performance(self, rep: VerifyReport, out: candidate.Outcome,
                      bundle: reference.ReferenceBundle) -> None:
@@ -271,48 +313,6 @@ def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> Verif
         return session.verify(problem_src, solution_src)
     finally:
         session.close()
-
-
-def warm_slots_for(options: VerifyOptions, workers: int) -> int:
-    """As many pre-started sandboxes as workers (unless turned off): each worker's next
-    candidate finds its sandbox warm."""
-    return max(options.warm_slots, workers) if options.warm_slots else 0
-
-
-class Permit:
-    """One of `permits`, held for a candidate's sandbox run; when it was got and given back
-    (seconds since t0) go `into`. `give_back` may come early (candidate.run, with
-    `permit_at_done`); leaving the block gives it back if that has not."""
-
-    def __init__(self, permits: threading.BoundedSemaphore, t0: float,
-                 into: list[float]) -> None:
-        self._permits, self._t0, self._into = permits, t0, into
-        self._held = False
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> Permit:
-        self._permits.acquire()
-        self._held = True
-        self._into.append(round(time.monotonic() - self._t0, 3))
-        return self
-
-    def give_back(self) -> None:
-        with self._lock:
-            if not self._held:
-                return
-            self._held = False
-            self._into.append(round(time.monotonic() - self._t0, 3))
-            self._permits.release()
-
-    def __exit__(self, *exc: object) -> None:
-        self.give_back()
-
-
-def judges_for(options: VerifyOptions, workers: int) -> int:
-    """Threads of a batch beyond its `workers`: each judges a candidate whose sandbox has
-    run (on the H200 a judgement took 1.4 s median against 7.8 s in the sandbox, and a
-    worker that judged its own left its sandbox's share of the host idle meanwhile)."""
-    return (max(1, workers) + 1) // 2 if options.judges < 0 else options.judges
 
 
 def batch_session(items: list[tuple[str, str]], options: VerifyOptions,

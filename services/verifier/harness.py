@@ -257,6 +257,8 @@ def _write_report() -> None:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # gcc builds of Triton launchers
     REPORT["cpu_s"] = {"warm": _CPU_WARM, "total": round(time.process_time() + kids.ru_utime
                                                          + kids.ru_stime, 3)}
+    if torch.cuda.is_initialized():  # diagnostics: what this sandbox took of the shared device
+        REPORT["gpu_peak_mb"] = torch.cuda.max_memory_reserved() >> 20
     path = os.path.join(JOB["work"], "out", "report.json")
     with open(path, "w") as f:
         json.dump(REPORT, f)

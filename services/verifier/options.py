@@ -81,6 +81,9 @@ class VerifyOptions:
     # exits (it then only writes its outputs: 0.84 s mean of an 8.6 s run on the H200,
     # no GPU lock); off until an H200 A/B shows it helps (verifier_notes.md, 14th session)
     permit_at_done: bool = False
+    # runs made again after a CUDA out-of-memory failure, once the device has room: the
+    # sandboxes share its memory and have no quota each (gpu_memory.py); 0: none
+    oom_reruns: int = 1
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 
@@ -99,6 +102,8 @@ class VerifyOptions:
             raise ValueError("workers must be >= 1")
         if self.judges < -1:
             raise ValueError("judges must be >= 0, or -1 for half the workers")
+        if self.oom_reruns < 0:
+            raise ValueError("oom_reruns must be >= 0")
         if self.holdouts < 0:
             raise ValueError("holdouts must be >= 0")
         if not 0 <= self.shared_epoch_s <= 10:

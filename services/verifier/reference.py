@@ -99,6 +99,13 @@ class ReferenceBundle:
                                         for h in self.hi_refs[i]])
             return self._on[device, i]
 
+    def drop_device_copies(self) -> bool:
+        """Forget the copies refs_on made (the bundle's last candidate is judged: the
+        parent's device memory is shared with every sandbox). True if there were any."""
+        with self._on_lock:
+            had, self._on = bool(self._on), {}
+        return had
+
 
 def problem_key(problem_src: str, options: VerifyOptions) -> str:
     h = hashlib.sha256(problem_src.encode())
@@ -324,7 +331,7 @@ class _Run:
 
 
 # What the final meta adds to a published bundle's (the worker's timing step and after).
-_FINAL_KEYS = ("timing", "peak", "steps_s")
+_FINAL_KEYS = ("timing", "peak", "steps_s", "gpu_peak_mb")
 PUBLISHED = "published.json"  # META up to the trials: the worker's file (its JOB names it)
 
 

@@ -367,6 +367,8 @@ def main() -> None:
         _timing(mod, models)
         META["steps_s"]["timing"] = round(time.monotonic() - t_timing, 3)
     META["steps_s"]["cpu"] = round(time.process_time(), 3)  # the worker's CPU seconds
+    if DEVICE == "cuda":  # diagnostics: what this worker took of the shared device
+        META["gpu_peak_mb"] = torch.cuda.max_memory_reserved() >> 20
 
 
 if __name__ == "__main__":

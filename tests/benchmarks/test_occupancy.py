@@ -25,3 +25,12 @@ def test_idle_gaps_lower_the_busy_reading() -> None:
 
 def test_too_few_verdicts_give_no_reading() -> None:
     assert occupancy([_row(0.0, 1.0)], workers=1) == {"sandboxed": 1}
+
+
+def test_a_rerun_counts_both_runs_of_its_candidate() -> None:
+    # every candidate ran 1 s, was run again after an out-of-memory failure, 1 s more
+    rows = [{"batch_s": [2.0 * k, 2.0 * k + 2.0],
+             "sandbox_batch_s": [2.0 * k, 2.0 * k + 1.0, 2.0 * k + 1.0, 2.0 * k + 2.0]}
+            for k in range(20)]
+    got = occupancy(rows, workers=1)
+    assert got["mean_sandbox_s"] == 2.0 and got["busy_mid"] == 1.0

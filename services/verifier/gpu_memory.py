@@ -1,0 +1,106 @@
+"""GPU memory the sandboxes share: an out-of-memory failure that may be the device's, not
+the candidate's, and a wait for room before the run is made again.
+
+CUDA gives a process no memory quota of its own (short of MPS), so a batch's sandboxes, its
+reference workers and the parent draw on one device's memory. On an 80 GB H100 the default
+batch (12 sandboxes, 4 reference workers) ran the device out of memory: honest kernels were
+rejected with "CUDA out of memory" and whole problems were declared unusable
+(benchmarks/verifier_notes.md, sixteenth session). A run that failed that way is made once
+more, alone among such reruns and once the device has room. Whether it failed that way is
+read from what the candidate's sandbox printed, which is never trusted for a verdict; here
+it only decides whether to spend a second run, and the second run is judged like the first.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+OOM = re.compile(r"out of memory|OutOfMemoryError|cudaErrorMemoryAllocation", re.IGNORECASE)
+# Room asked for before a rerun: at least this, or the problem's own size times NEED_FACTOR
+# (inputs, their pre-call copies, outputs, the timed sets and the parent's compare)
+MIN_NEED = 4 << 30
+NEED_FACTOR = 8
+ROOM_WAIT_S = 60.0  # then the rerun starts anyway (and is judged on what it does)
+
+
+_ASKED = re.compile(r"Tried to allocate ([0-9.]+) (GiB|MiB|KiB)")
+_UNIT = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}
+
+
+def out_of_memory(texts: Iterable[str]) -> bool:
+    """Does any of `texts` (a verdict's reasons, a worker's error) report CUDA OOM?"""
+    return any(OOM.search(t) for t in texts if isinstance(t, str))
+
+
+def worth_rerun(texts: Iterable[str], total: int | None) -> bool:
+    """An out-of-memory failure another run might not have: not one that asked for more
+    than the whole device (`total` bytes) holds."""
+    texts = [t for t in texts if isinstance(t, str)]
+    if not out_of_memory(texts):
+        return False
+    asked = [float(n) * _UNIT[u] for t in texts for n, u in _ASKED.findall(t)]
+    return total is None or not any(a > total for a in asked)
+
+
+def need_bytes(meta: dict[str, Any]) -> int:
+    """Device bytes to wait for before a rerun on a bundle with this meta."""
+    sizes = [int(s.get("input_bytes", 0)) + int(s.get("output_bytes", 0))
+             for s in meta.get("shapes", []) if isinstance(s, dict)]
+    return max([MIN_NEED] + [NEED_FACTOR * n for n in sizes])
+
+
+def cuda_free_bytes() -> int | None:
+    """Free device memory as the driver reports it (every process's use counted)."""
+    info = _mem_info()
+    return info[0] if info else None
+
+
+def _mem_info() -> tuple[int, int] | None:
+    import torch
+
+    try:
+        free, total = torch.cuda.mem_get_info()
+    except (RuntimeError, AssertionError):
+        return None
+    return int(free), int(total)
+
+
+def release_cached() -> None:
+    """Hand the parent's unused cached device blocks back to the driver (for the others)."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+class DeviceMemory:
+    """Reruns after an out-of-memory failure, one at a time, each after the device has room
+    (or after `timeout_s`: it runs anyway, and fails again if there is still none)."""
+
+    def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
+                 poll_s: float = 0.2) -> None:
+        self._free, self._poll_s = free, poll_s
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def total() -> int | None:
+        """The device's memory in bytes (None where it cannot be read)."""
+        info = _mem_info()
+        return info[1] if info else None
+
+    @contextmanager
+    def room(self, need: int, timeout_s: float) -> Iterator[float]:
+        """Held for one rerun; yields the seconds waited for `need` free bytes."""
+        with self._lock:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < timeout_s:
+                free = self._free()
+                if free is None or free >= need:
+                    break
+                time.sleep(self._poll_s)
+            yield round(time.monotonic() - t0, 3)

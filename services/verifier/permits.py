@@ -1,0 +1,51 @@
+"""How many candidates of a batch run at once (core.verify_batch): a sandbox's place is a
+Permit of `workers`, and `judges` more threads judge the candidates whose sandboxes ran."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from services.verifier.options import VerifyOptions
+
+
+def warm_slots_for(options: VerifyOptions, workers: int) -> int:
+    """As many pre-started sandboxes as workers (unless turned off): each worker's next
+    candidate finds its sandbox warm."""
+    return max(options.warm_slots, workers) if options.warm_slots else 0
+
+
+class Permit:
+    """One of `permits`, held for a candidate's sandbox run; when it was got and given back
+    (seconds since t0) go `into`. `give_back` may come early (candidate.run, with
+    `permit_at_done`); leaving the block gives it back if that has not."""
+
+    def __init__(self, permits: threading.BoundedSemaphore, t0: float,
+                 into: list[float]) -> None:
+        self._permits, self._t0, self._into = permits, t0, into
+        self._held = False
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Permit:
+        self._permits.acquire()
+        self._held = True
+        self._into.append(round(time.monotonic() - self._t0, 3))
+        return self
+
+    def give_back(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+            self._into.append(round(time.monotonic() - self._t0, 3))
+            self._permits.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self.give_back()
+
+
+def judges_for(options: VerifyOptions, workers: int) -> int:
+    """Threads of a batch beyond its `workers`: each judges a candidate whose sandbox has
+    run (on the H200 a judgement took 1.4 s median against 7.8 s in the sandbox, and a
+    worker that judged its own left its sandbox's share of the host idle meanwhile)."""
+    return (max(1, workers) + 1) // 2 if options.judges < 0 else options.judges

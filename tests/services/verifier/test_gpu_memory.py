@@ -1,0 +1,201 @@
+"""Out-of-memory failures the device may have caused: which are run again, when, and that
+a rerun is judged like any run. The device's memory cannot run out on this CPU host, so the
+first, failed run is stood in for where a test needs one (the rerun itself is real)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from services.verifier import candidate, gpu_memory
+from services.verifier.core import Session
+from services.verifier.exceptions import ProblemError
+from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
+from services.verifier.reference import ReferenceBundle
+from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS, problem_src
+
+TORCH_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 "
+             "has a total capacity of 79.18 GiB of which 226.06 MiB is free.")
+GIB = 1 << 30
+
+RAISES = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def noop_kernel(x_ptr):
+    pass
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        noop_kernel[(1,)](x)
+        raise MemoryError("{message}")
+'''
+
+
+def test_out_of_memory_is_read_from_torch_and_driver_messages() -> None:
+    assert out_of_memory([TORCH_OOM])
+    assert out_of_memory(["harness crashed: torch.AcceleratorError: CUDA error: out of memory"])
+    assert out_of_memory(["no report", "cudaErrorMemoryAllocation"])
+    assert not out_of_memory(["numerics: call 0: max abs error 3.2", ""])
+
+
+def test_a_request_beyond_the_whole_device_is_not_run_again() -> None:
+    assert worth_rerun([TORCH_OOM], total=80 * GIB)
+    assert not worth_rerun(["CUDA out of memory. Tried to allocate 1024.00 GiB"], 80 * GIB)
+    assert worth_rerun(["CUDA error: out of memory"], None)  # no size said, none known
+    assert not worth_rerun(["runtime: wrong dtype"], 80 * GIB)
+
+
+def test_a_rerun_waits_for_the_problems_size_in_free_memory() -> None:
+    meta = {"shapes": [{"input_bytes": 1 * GIB, "output_bytes": GIB // 2},
+                       {"input_bytes": 1000, "output_bytes": 1000}]}
+    assert need_bytes(meta) == 12 * GIB  # NEED_FACTOR x the largest shape
+    assert need_bytes({"shapes": []}) == gpu_memory.MIN_NEED
+
+
+def test_room_waits_until_free_then_lets_one_rerun_in_at_a_time() -> None:
+    free = iter([1 * GIB, 2 * GIB, 8 * GIB] + [8 * GIB] * 100)
+    mem = DeviceMemory(free=lambda: next(free), poll_s=0.01)
+    with mem.room(4 * GIB, timeout_s=5) as waited:
+        assert waited >= 0.02  # two polls short of room
+        other = threading.Thread(target=lambda: mem.room(0, 5).__enter__())
+        t0 = time.monotonic()
+        other.start()
+        other.join(0.2)
+        assert other.is_alive()  # the second rerun waits for the first
+    other.join(5)
+    assert not other.is_alive() and time.monotonic() - t0 >= 0.2
+
+
+def test_room_gives_up_waiting_after_its_timeout() -> None:
+    mem = DeviceMemory(free=lambda: 0, poll_s=0.01)
+    with mem.room(GIB, timeout_s=0.1) as waited:
+        assert 0.1 <= waited < 2
+
+
+@pytest.fixture
+def session(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A CPU session with the GPU's rerun policy: 80 GiB device, always room."""
+    monkeypatch.setattr(DeviceMemory, "total", staticmethod(lambda: 80 * GIB))
+    s = Session(replace(CPU_OPTIONS, warm_slots=0))
+    s.memory = DeviceMemory(free=lambda: 80 * GIB)
+    yield s
+    s.close()
+
+
+def _oom_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """candidate.run's first call fails as a starved device made it; later calls are real."""
+    calls: list[int] = []
+    real = candidate.run
+
+    def run(*args: Any, **kwargs: Any) -> candidate.Outcome:
+        calls.append(1)
+        if len(calls) == 1:
+            o = candidate.Outcome(isolation="stand-in")
+            o.fail("runtime", "harness crashed: torch.AcceleratorError: CUDA error: out of "
+                              "memory")
+            return o
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(candidate, "run", run)
+    return calls
+
+
+def test_an_honest_kernel_starved_of_device_memory_passes_on_its_rerun(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _oom_once(monkeypatch)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert r.passed, r.reasons
+    assert len(calls) == 2
+    assert r.details["oom_reruns"][0]["reasons"] == [
+        "runtime: harness crashed: torch.AcceleratorError: CUDA error: out of memory"[9:]]
+
+
+def test_a_kernel_that_keeps_running_out_is_run_again_once_and_rejected(session: Any) -> None:
+    src = RAISES.format(message="CUDA out of memory. Tried to allocate 2.00 GiB")
+    r = session.verify(problem_src("add"), src, policy="runtime_only")
+    assert not r.passed and r.stage == "runtime"
+    assert "out of memory" in " ".join(r.reasons)
+    assert len(r.details["oom_reruns"]) == 1  # oom_reruns=1: then its verdict stands
+
+
+def test_no_rerun_for_more_than_the_device_or_for_other_failures(session: Any) -> None:
+    huge = RAISES.format(message="CUDA out of memory. Tried to allocate 1024.00 GiB")
+    wrong = RAISES.format(message="not a memory problem")
+    for src in (huge, wrong):
+        r = session.verify(problem_src("add"), src, policy="runtime_only")
+        assert not r.passed and "oom_reruns" not in r.details, r.reasons
+
+
+def test_no_rerun_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _oom_once(monkeypatch)
+    s = Session(replace(CPU_OPTIONS, warm_slots=0))
+    try:
+        assert s.memory is None  # CPU sessions: memory is the host's, under RLIMIT_AS
+        r = s.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    finally:
+        s.close()
+    assert not r.passed and len(calls) == 1
+
+
+def test_a_reference_build_that_ran_out_is_built_again(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[int] = []
+    real = Session._build_once
+
+    def build_once(self: Session, problem: str) -> ReferenceBundle:
+        builds.append(1)
+        if len(builds) == 1:
+            raise ProblemError(f"problem failed to run: {TORCH_OOM}")
+        return real(self, problem)
+
+    monkeypatch.setattr(Session, "_build_once", build_once)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert r.passed, r.reasons
+    assert len(builds) == 2
+
+
+def test_an_unusable_problem_is_not_built_again(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[int] = []
+
+    def build_once(self: Session, problem: str) -> ReferenceBundle:
+        builds.append(1)
+        raise ProblemError("problem failed to run: NameError: name 'x' is not defined")
+
+    monkeypatch.setattr(Session, "_build_once", build_once)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert not r.passed and r.stage == "problem" and len(builds) == 1
+
+
+def test_a_bundle_forgets_its_device_copies_when_its_last_candidate_is_done(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "b"
+    d.mkdir()
+    b = ReferenceBundle(key="k", inputs_dir=d, meta={}, refs=[[torch.ones(3)]],
+                        hi_refs=[[None]], inputs=[[]], tolerances={}, isolation="none")
+    refs, _ = b.refs_on("meta", 0)  # "meta" stands in for the GPU on this host
+    assert refs[0].device.type == "meta" and b.refs_on("meta", 0)[0] is refs
+    s = Session(replace(CPU_OPTIONS, warm_slots=0))
+    released: list[int] = []
+    monkeypatch.setattr(gpu_memory, "release_cached", lambda: released.append(1))
+    monkeypatch.setattr(Session, "_build", lambda self, p: b)
+    try:
+        s.expect(["P", "P"])
+        s.ensure("P")
+        s.done_with("P")
+        assert b.refs_on("meta", 0)[0] is refs and not released  # one use still to come
+        s.done_with("P")
+        assert released == [1] and not b.drop_device_copies()  # gone already
+    finally:
+        s.close()
