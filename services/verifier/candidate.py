@@ -31,7 +31,8 @@ from services.verifier import records
 from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
 from services.verifier import workspace as W
-from services.verifier.numerics import Tol, compare_refs, is_contiguous_or_same
+from services.verifier.gpu_memory import out_of_memory
+from services.verifier.numerics import Comparison, Tol, compare_refs, is_contiguous_or_same
 from services.verifier.options import VERIFIER_VERSION, VerifyOptions
 from services.verifier.pool import SlotPool
 from services.verifier.reference import ReferenceBundle
@@ -250,7 +251,7 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
                 staged: list[Any] | None = None) -> None:
     """Call `i`'s record against its references; `staged`: page-locked copies of its
     outputs (compare_device.Stager), compared in their place once their checks pass."""
-    refs, his = bundle.refs_on(device, i)
+    refs = bundle.refs[i]  # the host copies: shapes, dtypes (the compare may use the GPU's)
     inputs = bundle.inputs[i]
     after = data.get("inputs_after") if isinstance(data, dict) else None
     if not (isinstance(data, dict) and isinstance(data.get("outputs"), list)
@@ -270,20 +271,35 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
         o.fail("runtime", f"{where}: inputs were modified (input mutation)")
     in_ptrs = {x.untyped_storage().data_ptr() for x in after
                if type(x) is torch.Tensor and x.numel()}
-    for j, (out, ref, hi) in enumerate(zip(outs, refs, his)):
+    for j, (out, ref) in enumerate(zip(outs, refs)):
         bad = _structure(out, ref, in_ptrs)  # on the loaded tensor: its own strides, storage
         if bad:
             o.fail("output", f"{where}: output {j} {bad}")
             continue
-        tol = bundle.tol_for(ref.dtype)
-        # Same-dtype or float64-derived reference: a more accurate kernel must pass too.
         same = staged[j] if staged and j < len(staged) and staged[j] is not None else out
-        cmp = compare_refs(same.to(device, non_blocking=True), ref, hi, tol or _EXACT)
+        cmp = _compare(out, same, bundle, i, j, device)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
             named = _name_it(o, out, inputs, i)
             o.fail("numerics", f"{where}: output {j}: {cmp.reason}{named}")
         o.seen.append((i, out))
+
+
+def _compare(out: torch.Tensor, same: torch.Tensor, bundle: ReferenceBundle, i: int, j: int,
+             device: str) -> Comparison:
+    """Output `j` of trial `i` against its same-dtype or float64-derived reference (a more
+    accurate kernel must pass too), on `device` (`same`: its staged copy), or on the host
+    when the device has no memory left for it: the sandboxes share the device's memory,
+    and a verdict must not depend on what they hold at the moment."""
+    tol = bundle.tol_for(bundle.refs[i][j].dtype) or _EXACT
+    if device != "cpu":
+        try:
+            refs, his = bundle.refs_on(device, i)
+            return compare_refs(same.to(device, non_blocking=True), refs[j], his[j], tol)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if not isinstance(exc, torch.OutOfMemoryError) and not out_of_memory([str(exc)]):
+                raise
+    return compare_refs(out, bundle.refs[i][j], bundle.hi_refs[i][j], tol)
 
 
 def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:

@@ -199,3 +199,39 @@ def test_a_bundle_forgets_its_device_copies_when_its_last_candidate_is_done(
         assert released == [1] and not b.drop_device_copies()  # gone already
     finally:
         s.close()
+
+
+def _starved(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, error: Exception) -> Any:
+    """A bundle whose device copies cannot be made: `error` is what the device says."""
+    from services.verifier.numerics import Tol
+
+    ref = torch.arange(6.0)
+    b = ReferenceBundle(key="k", inputs_dir=tmp_path, meta={}, refs=[[ref]], hi_refs=[[None]],
+                        inputs=[[torch.zeros(6)]], isolation="none",
+                        tolerances={"float32": Tol(1e-4, 1e-4, 1e-4)})
+
+    def refs_on(device: str, i: int) -> Any:
+        raise error
+
+    monkeypatch.setattr(b, "refs_on", refs_on)
+    return b
+
+
+def test_a_compare_the_device_has_no_memory_for_runs_on_the_host(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = _starved(tmp_path, monkeypatch, torch.OutOfMemoryError(TORCH_OOM))
+    right, wrong = candidate.Outcome(), candidate.Outcome()
+    candidate._check_call(right, {"outputs": [torch.arange(6.0)]}, 0, b, "call 0",
+                          device="cuda")
+    candidate._check_call(wrong, {"outputs": [torch.arange(6.0) + 1]}, 0, b, "call 0",
+                          device="cuda")
+    assert right.failures == []
+    assert [s for s, _ in wrong.failures] == ["numerics"]
+
+
+def test_other_device_errors_in_a_compare_are_not_taken_for_memory(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = _starved(tmp_path, monkeypatch, RuntimeError("CUDA error: an illegal memory access"))
+    with pytest.raises(RuntimeError, match="illegal"):
+        candidate._check_call(candidate.Outcome(), {"outputs": [torch.arange(6.0)]}, 0, b,
+                              "call 0", device="cuda")
