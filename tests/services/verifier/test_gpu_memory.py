@@ -235,3 +235,41 @@ def test_other_device_errors_in_a_compare_are_not_taken_for_memory(
     with pytest.raises(RuntimeError, match="illegal"):
         candidate._check_call(candidate.Outcome(), {"outputs": [torch.arange(6.0)]}, 0, b,
                               "call 0", device="cuda")
+
+
+def test_baselines_that_ran_out_get_a_new_bundle_and_the_candidate_a_new_run(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[Any] = []
+    real = Session._build
+
+    def build(self: Session, problem: str) -> Any:
+        b = real(self, problem)
+        builds.append(b)
+        if len(builds) == 1:  # the worker's baselines timing ran out (after the trials)
+            b.settle(120)
+            b.complete(ProblemError(f"problem failed to run: {TORCH_OOM}"))
+        return b
+
+    monkeypatch.setattr(Session, "_build", build)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert r.passed, r.reasons
+    assert len(builds) == 2
+    r2 = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert r2.passed and len(builds) == 2  # the new bundle serves the next candidates
+
+
+def test_baselines_that_failed_otherwise_leave_the_problem_unusable(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[Any] = []
+    real = Session._build
+
+    def build(self: Session, problem: str) -> Any:
+        b = real(self, problem)
+        builds.append(b)
+        b.settle(120)
+        b.complete(ProblemError("problem failed to run: ZeroDivisionError"))
+        return b
+
+    monkeypatch.setattr(Session, "_build", build)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert not r.passed and r.stage == "problem" and len(builds) == 1
