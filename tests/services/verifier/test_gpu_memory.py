@@ -237,39 +237,37 @@ def test_other_device_errors_in_a_compare_are_not_taken_for_memory(
                               "call 0", device="cuda")
 
 
-def test_baselines_that_ran_out_get_a_new_bundle_and_the_candidate_a_new_run(
-        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    builds: list[Any] = []
+def _baselines_fail(monkeypatch: pytest.MonkeyPatch, error: str, builds: int) -> list[Any]:
+    """Real builds, the first `builds` of which then fail as if their baselines' timing
+    (after the trials) had raised `error`; returns every bundle built."""
+    built: list[Any] = []
     real = Session._build
 
     def build(self: Session, problem: str) -> Any:
         b = real(self, problem)
-        builds.append(b)
-        if len(builds) == 1:  # the worker's baselines timing ran out (after the trials)
+        assert isinstance(b, ReferenceBundle), b
+        built.append(b)
+        if len(built) <= builds:
             b.settle(120)
-            b.complete(ProblemError(f"problem failed to run: {TORCH_OOM}"))
+            b.complete(ProblemError(f"problem failed to run: {error}"))
         return b
 
     monkeypatch.setattr(Session, "_build", build)
+    return built
+
+
+def test_baselines_that_ran_out_get_a_new_bundle_and_the_candidate_a_new_run(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = _baselines_fail(monkeypatch, TORCH_OOM, builds=1)
     r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
     assert r.passed, r.reasons
-    assert len(builds) == 2
+    assert len(built) == 2
     r2 = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
-    assert r2.passed and len(builds) == 2  # the new bundle serves the next candidates
+    assert r2.passed and len(built) == 2  # the new bundle serves the next candidates
 
 
 def test_baselines_that_failed_otherwise_leave_the_problem_unusable(
         session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    builds: list[Any] = []
-    real = Session._build
-
-    def build(self: Session, problem: str) -> Any:
-        b = real(self, problem)
-        builds.append(b)
-        b.settle(120)
-        b.complete(ProblemError("problem failed to run: ZeroDivisionError"))
-        return b
-
-    monkeypatch.setattr(Session, "_build", build)
+    built = _baselines_fail(monkeypatch, "ZeroDivisionError", builds=99)
     r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
-    assert not r.passed and r.stage == "problem" and len(builds) == 1
+    assert not r.passed and r.stage == "problem" and len(built) == 1
