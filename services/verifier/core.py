@@ -58,6 +58,7 @@ class Session:
             if options.device == "cuda" else None
         # reruns after a CUDA out-of-memory failure wait here for room on the device
         self.memory = gpu_memory.DeviceMemory() if self.gpu is not None else None
+        self._room_wait_s = gpu_memory.room_wait_s(options)
         if self.gpu is not None:  # while the first bundles build: off the first verdicts' path
             compare_device.warm(self._gates("compare"))
 
@@ -142,7 +143,7 @@ class Session:
         except ProblemError as exc:
             if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
                 return exc
-            with self.memory.room(gpu_memory.MIN_NEED, gpu_memory.ROOM_WAIT_S):
+            with self.memory.room(gpu_memory.MIN_NEED, self._room_wait_s):
                 try:
                     b = self._build_once(problem_src)
                 except ProblemError as again:
@@ -216,7 +217,7 @@ class Session:
             if self._bundles.get(key) is bundle:
                 del self._bundles[key]  # its files go with the session's base
         assert self.memory is not None
-        with self.memory.room(gpu_memory.MIN_NEED, gpu_memory.ROOM_WAIT_S):
+        with self.memory.room(gpu_memory.MIN_NEED, self._room_wait_s):
             pass
 
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,
@@ -264,7 +265,7 @@ class Session:
             if not gpu_memory.worth_rerun(said, self.memory.total()):
                 break
             with self.memory.room(gpu_memory.need_bytes(bundle.meta),
-                                  gpu_memory.ROOM_WAIT_S) as waited:
+                                  self._room_wait_s) as waited:
                 reruns.append({"reasons": [r[:300] for _, r in out.failures[:2]],
                                "waited_s": waited})
                 out = candidate.run(solution_src, bundle, o, self.base, self.mode,

@@ -25,7 +25,6 @@ OOM = re.compile(r"out of memory|OutOfMemoryError|cudaErrorMemoryAllocation", re
 # (inputs, their pre-call copies, outputs, the timed sets and the parent's compare)
 MIN_NEED = 4 << 30
 NEED_FACTOR = 8
-ROOM_WAIT_S = 60.0  # then the rerun starts anyway (and is judged on what it does)
 
 
 _ASKED = re.compile(r"Tried to allocate ([0-9.]+) (GiB|MiB|KiB)")
@@ -52,6 +51,14 @@ def need_bytes(meta: dict[str, Any]) -> int:
     sizes = [int(s.get("input_bytes", 0)) + int(s.get("output_bytes", 0))
              for s in meta.get("shapes", []) if isinstance(s, dict)]
     return max([MIN_NEED] + [NEED_FACTOR * n for n in sizes])
+
+
+def room_wait_s(options: Any) -> float:
+    """The longest a rerun waits for room (then it starts anyway, and is judged on what it
+    does): about as long as the processes that held the memory when the run failed can
+    live, since each is killed at its time limits. A hostile candidate that holds the whole
+    device therefore costs its neighbours a wait, not their verdicts."""
+    return max(options.wall_timeout_s + options.timing_timeout_s, options.reference_timeout_s)
 
 
 def cuda_free_bytes() -> int | None:

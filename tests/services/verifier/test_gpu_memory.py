@@ -271,3 +271,8 @@ def test_baselines_that_failed_otherwise_leave_the_problem_unusable(
     built = _baselines_fail(monkeypatch, "ZeroDivisionError", builds=99)
     r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
     assert not r.passed and r.stage == "problem" and len(built) == 1
+
+
+def test_a_rerun_waits_at_most_as_long_as_a_holder_of_the_memory_can_live() -> None:
+    assert gpu_memory.room_wait_s(CPU_OPTIONS) == 120 + 60  # correctness + timed limits
+    assert gpu_memory.room_wait_s(replace(CPU_OPTIONS, reference_timeout_s=900)) == 900
