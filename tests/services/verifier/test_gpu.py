@@ -116,3 +116,51 @@ def test_a_candidate_never_sees_its_holdout_files() -> None:
         session.close()
     assert not out.failures, out.failures
     assert out.timing and out.timing.get("holdout_ratio"), out.timing  # the holdouts ran
+
+
+MEMORY_HOG = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def spin(x_ptr, n):
+    acc = tl.load(x_ptr)
+    for _ in range(n):
+        acc = acc * 0.9999999 + 1e-7
+    tl.store(x_ptr, acc)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        free, _ = torch.cuda.mem_get_info()
+        # all of the device but 512 MB, kept by this process's allocator until it exits
+        self.hold = torch.empty(((free - (512 << 20)) // 4,), device="cuda")
+
+    def forward(self, x, y):
+        spin[(1,)](self.hold, 2_000_000)  # a launch; the memory stays held meanwhile
+        return x
+'''
+
+
+def test_honest_kernels_beside_a_memory_hog_are_run_again_and_pass() -> None:
+    """A candidate that takes all but 512 MB of the device for its whole run: honest
+    candidates beside it run out of memory (the sandboxes have no quota each), are run
+    again once the device has room (gpu_memory.py), and pass; the hog is rejected."""
+    from dataclasses import replace
+
+    ok = (SOLUTIONS / "add_ok.py").read_text()
+    pairs = [(problem_src("add"), MEMORY_HOG)] + [(problem_src("add"), f"{ok}\n# {k}\n")
+                                                  for k in range(8)]
+    reports = verify_many(pairs, replace(GPU_OPTIONS, policy="runtime_only"), workers=6)
+    hog, honest = reports[0], reports[1:]
+    assert not hog.passed
+    total = torch.cuda.mem_get_info()[1] >> 20
+    assert (hog.details.get("harness_gpu_peak_mb") or total) > total // 2, hog.details
+    for r in honest:
+        assert r.passed, (r.reasons, r.details.get("oom_reruns"))
+    reruns = [r.details["oom_reruns"] for r in honest if r.details.get("oom_reruns")]
+    assert reruns, "no honest candidate ran beside the hog: the test showed nothing"
