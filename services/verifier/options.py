@@ -70,7 +70,8 @@ class VerifyOptions:
     warm_slots: int = 1
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
-    # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise)
+    # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise;
+    # on an 80 GB H100 8 gave 0.99x the rate and came within 2.5 GB of the device's memory)
     bundle_builders: int = 4
     # candidates the verifier service checks at once (threads sharing one Session, like
     # verify_many's workers; the H200 benchmark runs 12); 1 = one at a time
@@ -81,7 +82,8 @@ class VerifyOptions:
     judges: int = -1
     # give a sandbox's place to the next candidate when its timed runs end, not when it
     # exits (it then only writes its outputs: 0.84 s mean of an 8.6 s run on the H200,
-    # no GPU lock); off until an H200 A/B shows it helps (verifier_notes.md, 14th session)
+    # no GPU lock); off: on the H200 it held a place 7.6 s instead of 8.8 s but the rate
+    # did not move (verifier_notes.md, fifteenth session)
     permit_at_done: bool = False
     # runs made again after a CUDA out-of-memory failure, once the device has room: the
     # sandboxes share its memory and have no quota each (gpu_memory.py); 0: none
