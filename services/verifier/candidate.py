@@ -277,7 +277,7 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
             o.fail("output", f"{where}: output {j} {bad}")
             continue
         same = staged[j] if staged and j < len(staged) and staged[j] is not None else out
-        cmp = _compare(out, same, bundle, i, j, device)
+        cmp = _compare(same, bundle, i, j, device)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
             named = _name_it(o, out, inputs, i)
@@ -285,12 +285,13 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
         o.seen.append((i, out))
 
 
-def _compare(out: torch.Tensor, same: torch.Tensor, bundle: ReferenceBundle, i: int, j: int,
+def _compare(same: torch.Tensor, bundle: ReferenceBundle, i: int, j: int,
              device: str) -> Comparison:
-    """Output `j` of trial `i` against its same-dtype or float64-derived reference (a more
-    accurate kernel must pass too), on `device` (`same`: its staged copy), or on the host
-    when the device has no memory left for it: the sandboxes share the device's memory,
-    and a verdict must not depend on what they hold at the moment."""
+    """Output `j` of trial `i` (`same`: its values, the record's or their staged copy in
+    host memory) against its same-dtype or float64-derived reference (a more accurate
+    kernel must pass too), on `device`, or on the host when the device has no memory left
+    for it: the sandboxes share the device's memory, and a verdict must not depend on what
+    they hold at the moment."""
     tol = bundle.tol_for(bundle.refs[i][j].dtype) or _EXACT
     if device != "cpu":
         try:
@@ -299,7 +300,7 @@ def _compare(out: torch.Tensor, same: torch.Tensor, bundle: ReferenceBundle, i: 
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not isinstance(exc, torch.OutOfMemoryError) and not out_of_memory([str(exc)]):
                 raise
-    return compare_refs(out, bundle.refs[i][j], bundle.hi_refs[i][j], tol)
+    return compare_refs(same, bundle.refs[i][j], bundle.hi_refs[i][j], tol)
 
 
 def _name_it(o: Outcome, out: torch.Tensor, inputs: list[Any], i: int) -> str:
