@@ -93,12 +93,15 @@ class DeviceMemory:
                  poll_s: float = 0.2) -> None:
         self._free, self._poll_s = free, poll_s
         self._lock = threading.Lock()
+        self._total: int | None = None
 
-    @staticmethod
-    def total() -> int | None:
-        """The device's memory in bytes (None where it cannot be read)."""
-        info = _mem_info()
-        return info[1] if info else None
+    def total(self) -> int | None:
+        """The device's memory in bytes (None where it cannot be read); asked of the driver
+        once, since it never changes, not again for every rejected candidate."""
+        if self._total is None:
+            info = _mem_info()
+            self._total = info[1] if info else None
+        return self._total
 
     @contextmanager
     def room(self, need: int, timeout_s: float) -> Iterator[float]:

@@ -86,7 +86,7 @@ def test_room_gives_up_waiting_after_its_timeout() -> None:
 @pytest.fixture
 def session(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A CPU session with the GPU's rerun policy: 80 GiB device, always room."""
-    monkeypatch.setattr(DeviceMemory, "total", staticmethod(lambda: 80 * GIB))
+    monkeypatch.setattr(DeviceMemory, "total", lambda self: 80 * GIB)
     s = Session(replace(CPU_OPTIONS, warm_slots=0))
     s.memory = DeviceMemory(free=lambda: 80 * GIB)
     yield s
@@ -276,3 +276,15 @@ def test_baselines_that_failed_otherwise_leave_the_problem_unusable(
 def test_a_rerun_waits_at_most_as_long_as_a_holder_of_the_memory_can_live() -> None:
     assert gpu_memory.room_wait_s(CPU_OPTIONS) == 120 + 60  # correctness + timed limits
     assert gpu_memory.room_wait_s(replace(CPU_OPTIONS, reference_timeout_s=900)) == 900
+
+
+def test_the_devices_total_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+
+    def mem_info() -> tuple[int, int]:
+        asked.append(1)
+        return GIB, 80 * GIB
+
+    monkeypatch.setattr(gpu_memory, "_mem_info", mem_info)
+    mem = DeviceMemory()
+    assert mem.total() == mem.total() == 80 * GIB and asked == [1]
