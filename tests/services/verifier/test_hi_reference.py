@@ -46,7 +46,10 @@ def test_bias_gelu_reference_solution_passes_in_the_cancelling_range() -> None:
                                                                for t in bundle.inputs]
             assert -5.4 <= min(xs) and max(xs) <= -3.6  # the inputs really are in the range
             # The float64 run refines the fp32 Model here: (nearly) every trial stores one.
-            assert sum(h[0] is not None for h in bundle.hi_refs) >= len(bundle.refs) - 1
+            # (failed once in a loaded CI run, 4 of 6, never in isolation: say why if again)
+            assert sum(h[0] is not None for h in bundle.hi_refs) >= len(bundle.refs) - 1, (
+                bundle.meta.get("hi_ref_notes"), bundle.meta.get("hi_ref_s"),
+                [(t.get("redraws"), t.get("scale_exp")) for t in bundle.meta["trials"]])
             assert not bundle.meta["non_discriminating_shapes"]  # zeros still fail the gate
         report = session.verify(problem, reference_solution("bias_gelu"))
     finally:
