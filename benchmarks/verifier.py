@@ -264,6 +264,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                      # device memory each sandbox / reference worker reserved at its peak (MiB)
                      "gpu_peak_mb": r.details.get("harness_gpu_peak_mb"),
                      "reference_gpu_peak_mb": r.details.get("reference_gpu_peak_mb"),
+                     "poison_reserved": r.details.get("harness_poison_reserved"),
                      "oom_reruns": r.details.get("oom_reruns"),
                      # the timer's own view of each timed run: flush shadow vs host launch
                      "timing_diag": _timing_diag(r.details.get("candidate_timing") or {})})
@@ -324,7 +325,9 @@ def _gpu_memory(rows: list[dict[str, Any]]) -> dict[str, Any]:
     bundle once): median, max and whose; candidates run again after an out-of-memory
     failure (core.Session._run)."""
     out: dict[str, Any] = {"oom_reruns": sum(len(x.get("oom_reruns") or []) for x in rows),
-                           "oom_rerun_labels": [x["label"] for x in rows if x.get("oom_reruns")]}
+                           "oom_rerun_labels": [x["label"] for x in rows if x.get("oom_reruns")],
+                           # correctness calls whose allocator poisoning reserved new memory
+                           "poison_reserved": sum(x.get("poison_reserved") or 0 for x in rows)}
     for key in ("gpu_peak_mb", "reference_gpu_peak_mb"):
         got = {x["label"]: x[key] for x in rows if isinstance(x.get(key), int)}
         if got:

@@ -181,6 +181,8 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
                                       if isinstance(v, (int, float))}
     if isinstance(peak := report.get("gpu_peak_mb"), int):  # the harness's word: diagnostics
         o.details["harness_gpu_peak_mb"] = peak
+    if isinstance(fresh := report.get("poison_reserved"), int):  # calls that had to cudaMalloc
+        o.details["harness_poison_reserved"] = fresh
     cap = options.fsize_mb << 20
     steps = {} if steps is None else steps
     with _step(steps, "judge_load"):  # every file first: the device section below is short

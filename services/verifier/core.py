@@ -121,8 +121,9 @@ class Session:
             b = self._bundles.get(key) if idle else None
             self._evict()
         if isinstance(b, reference.ReferenceBundle) and b.drop_device_copies():
-            # its references leave the parent's device memory now, not at eviction: on an
-            # 80 GB H100 the parent held 19.5 GB of the device at a batch's peak
+            # its references leave the parent's device memory now, not at eviction (on an
+            # 80 GB H100 the parent held 19.5 GB of the device at a batch's peak), and the
+            # cache goes back to the driver if the device is short
             gpu_memory.release_cached()
 
     def _evict(self) -> None:

@@ -77,12 +77,22 @@ def _mem_info() -> tuple[int, int] | None:
     return int(free), int(total)
 
 
-def release_cached() -> None:
-    """Hand the parent's unused cached device blocks back to the driver (for the others)."""
+SHORT_FRACTION = 0.25  # the device counts as short of memory with less than this share free
+
+
+def release_cached(short_fraction: float = SHORT_FRACTION) -> bool:
+    """Hand the parent's unused cached device blocks back to the driver (for the others)
+    when the device is short of memory; True if it did. Not otherwise: every block given
+    back is a cudaMalloc in a later compare, under the shared lock."""
     import torch
 
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    if not torch.cuda.is_initialized():
+        return False
+    info = _mem_info()
+    if info is not None and info[0] >= short_fraction * info[1]:
+        return False
+    torch.cuda.empty_cache()
+    return True
 
 
 class DeviceMemory:

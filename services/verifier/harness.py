@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_
 from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_records import Pending  # noqa: E402
-from kz_trace import (WRAPPED, PassThrough, State, Tracer, compiling_only,  # noqa: E402
-                      configure, install_launch_counter, poison_allocator)
+from kz_trace import (POISON_RESERVE, WRAPPED, PassThrough, State, Tracer,  # noqa: E402
+                      compiling_only, configure, install_launch_counter, poison_allocator)
 
 
 def _prewarm() -> None:
@@ -51,6 +51,8 @@ def _prewarm() -> None:
         if torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET"):
             triton.runtime.driver.active.utils  # noqa: B018 - the load is the point
             torch.empty(1, device="cuda")  # the CUDA context: 0.3-2 s on a busy host
+            # the poisoning's first block, cached now: not a cudaMalloc under the shared lock
+            torch.empty(POISON_RESERVE, dtype=torch.uint8, device="cuda")
     except Exception:  # noqa: BLE001
         pass
 
@@ -111,8 +113,8 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
     inputs = [_to_device(x) for x in cpu_inputs]
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     _mark("call_inputs", t)
-    if DEVICE == "cuda":
-        poison_allocator()
+    if DEVICE == "cuda" and poison_allocator():
+        REPORT["poison_reserved"] = REPORT.get("poison_reserved", 0) + 1  # cudaMallocs, diagnostics
     _mark("call_poison", t)
     threads0 = _threads()
     State.reset()

@@ -174,9 +174,49 @@ def install_launch_counter() -> None:
     _wrap_launch(InterpretedFunction)
 
 
-def poison_allocator(nbytes: int = 256 << 20) -> None:
-    """Fill the CUDA caching allocator's free blocks with NaN so stale memory never matches."""
-    big = torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device="cuda")
-    small = [torch.full((1 << 15,), float("nan"), device="cuda") for _ in range(64)]
-    del big, small  # freed blocks stay cached, still holding NaN
+POISON_RESERVE = 256 << 20  # NaN-filled memory: allocations up to half of it always find some
+_SMALL_POOL_MAX = 1 << 20  # the caching allocator serves requests up to 1 MiB from its small pool
+_snapshot = torch.cuda.memory_snapshot  # the real one, captured before any candidate code
+
+
+def poison_allocator(reserve: int = POISON_RESERVE) -> bool:
+    """Fill every free block of the CUDA caching allocator with NaN, so that no allocation
+    served from the cache finds stale values; True if it had to reserve new device memory.
+    The tracer fills what the forward allocates through aten; this covers the rest
+    (allocations it does not see, buffers its constructor left to reuse).
+
+    Each free block is asked for again at its own size (best fit then hands out that very
+    block, or one just like it), filled and freed: no new device memory. The old way, a
+    fresh 256 MB block every call, was a cudaMalloc under the shared lock in every call (the
+    previous call's outputs, kept until they are written, sit inside the last such block,
+    so it never fitted again): 0.44 s of a candidate's correctness calls in a busy H200
+    batch. A fresh `reserve` is added only while the largest free block is under half of it."""
+    free = _free_blocks()
+    fresh = max((size for pool, size in free if pool == "large"), default=0) < reserve // 2
+    held = [_nan_block(reserve)] if fresh else []
+    for size in sorted((p for pool, size in free for p in _pieces(pool, size)), reverse=True):
+        held.append(_nan_block(size))
+    del held  # freed blocks stay cached, still holding NaN
     torch.cuda.synchronize()
+    return fresh
+
+
+def _free_blocks() -> list[tuple[str, int]]:
+    """(pool, bytes) of each free block cached for the current stream's default pool."""
+    stream = torch.cuda.current_stream().cuda_stream
+    return [(seg["segment_type"], b["size"]) for seg in _snapshot()
+            if seg.get("stream", 0) == stream and tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0)
+            for b in seg["blocks"] if b["state"] == "inactive"]
+
+
+def _pieces(pool: str, size: int) -> list[int]:
+    """Requests that get back a free block of `size` bytes in `pool`: a large-pool block is
+    reachable only by requests over 1 MiB (smaller ones go to the small pool), a small-pool
+    block only by requests up to 1 MiB (a free 2 MiB small segment takes two)."""
+    if pool == "large":
+        return [size] if size > _SMALL_POOL_MAX else []  # unreachable remnant: no one gets it
+    return [size] if size <= _SMALL_POOL_MAX else [_SMALL_POOL_MAX, size - _SMALL_POOL_MAX]
+
+
+def _nan_block(nbytes: int) -> torch.Tensor:
+    return torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device="cuda")

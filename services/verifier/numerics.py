@@ -49,15 +49,25 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tol) -> Comparison:
     o, r = out.detach().to(work).reshape(-1), ref.detach().to(work).reshape(-1)
     if o.numel() == 0:
         return Comparison(True, 0.0)
-    if not (bool(torch.isfinite(r).all()) and bool(torch.isfinite(o).all())):
-        failed = _non_finite(o, r)  # always a failure when only the output has NaN/Inf
-        if failed:
-            return failed
-        keep = torch.isfinite(r)  # only the finite part of the reference is compared below
-        o, r = o[keep], r[keep]
-        if o.numel() == 0:
-            return Comparison(True, 0.0)
-    return _finite_compare(o, r, tol)
+    # Every number the verdict needs, read back at once: on a GPU shared by a busy batch
+    # each read-back waits for this process's turn on the device.
+    finite = torch.isfinite(r).all() & torch.isfinite(o).all()
+    all_finite, *stats = _read_back([finite, *_finite_stats(o, r, tol)])
+    if all_finite:
+        return _judge(o, r, tol, *stats)
+    failed = _non_finite(o, r)  # always a failure when only the output has NaN/Inf
+    if failed:
+        return failed
+    keep = torch.isfinite(r)  # only the finite part of the reference is compared below
+    o, r = o[keep], r[keep]
+    if o.numel() == 0:
+        return Comparison(True, 0.0)
+    return _judge(o, r, tol, *_read_back(_finite_stats(o, r, tol)))
+
+
+def _read_back(values: list[torch.Tensor]) -> list[float]:
+    """0-d tensors as Python floats, in one transfer (one device sync)."""
+    return torch.stack([v.to(torch.float64) for v in values]).tolist()
 
 
 def _non_finite(o: torch.Tensor, r: torch.Tensor) -> Comparison | None:
@@ -78,20 +88,27 @@ def _non_finite(o: torch.Tensor, r: torch.Tensor) -> Comparison | None:
     return None
 
 
-def _finite_compare(o: torch.Tensor, r: torch.Tensor, tol: Tol) -> Comparison:
-    """allclose and the relative error norm, for all-finite `o` and `r` (flat, same dtype).
-    Written with in-place ops over two scratch buffers: on the parent's CPU this runs for
-    every call of every candidate, on tensors of up to a few hundred MB."""
+def _finite_stats(o: torch.Tensor, r: torch.Tensor, tol: Tol) -> list[torch.Tensor]:
+    """[elements outside allclose, max relative error, ||r||, ||o - r||, max |o - r|] as
+    0-d tensors, nothing read back yet (meaningful where `o` and `r` are all finite).
+    In-place ops over three scratch buffers: on the parent's CPU this runs for every call of
+    every candidate, on tensors of up to a few hundred MB."""
     diff = torch.sub(o, r).abs_()
     ra = r.abs()
     bound = torch.mul(ra, tol.rtol).add_(tol.atol)
-    n_bad = int(torch.gt(diff, bound).sum())
-    max_rel = float(torch.div(diff, ra.clamp_min_(tol.atol), out=bound).max())
-    norm_r = max(float(torch.linalg.vector_norm(r)), tol.atol * math.sqrt(r.numel()))
-    rel_norm = float(torch.linalg.vector_norm(diff)) / norm_r
+    n_bad = torch.gt(diff, bound).sum()
+    max_rel = torch.div(diff, ra.clamp_min_(tol.atol), out=bound).max()
+    return [n_bad, max_rel, torch.linalg.vector_norm(r), torch.linalg.vector_norm(diff),
+            diff.max()]
+
+
+def _judge(o: torch.Tensor, r: torch.Tensor, tol: Tol, n_bad: float, max_rel: float,
+           norm_r: float, norm_diff: float, max_abs: float) -> Comparison:
+    """allclose and the relative error norm, from `_finite_stats`' numbers."""
+    rel_norm = norm_diff / max(norm_r, tol.atol * math.sqrt(r.numel()))
     if n_bad:
-        return Comparison(False, max_rel, f"{n_bad}/{r.numel()} elements outside atol={tol.atol} "
-                          f"rtol={tol.rtol} (max abs err {float(diff.max()):.3g})")
+        return Comparison(False, max_rel, f"{int(n_bad)}/{r.numel()} elements outside "
+                          f"atol={tol.atol} rtol={tol.rtol} (max abs err {max_abs:.3g})")
     if rel_norm >= tol.rel_norm:
         return Comparison(False, max_rel, f"relative error norm {rel_norm:.3g} >= {tol.rel_norm}")
     return Comparison(True, max_rel)
@@ -147,9 +164,10 @@ def trivial_matches(ref: torch.Tensor, inputs: list[object], tol: Tol) -> list[s
         hits.append("zeros")
     # A single element is always "constant"; that is no evidence of a predictable output.
     if ref.is_floating_point() and ref.numel() > 1:
-        finite = ref[torch.isfinite(ref)]
-        mean = float(finite.double().mean()) if finite.numel() else 0.0
-        if compare(torch.full_like(ref, mean), ref, tol).ok:
+        # the mean of the finite elements (0 if none), left on the device: no read-back
+        fin = torch.isfinite(ref)
+        mean = torch.where(fin, ref.double(), 0.0).sum() / fin.sum().clamp_min(1)
+        if compare(torch.zeros_like(ref).add_(mean.to(ref.dtype)), ref, tol).ok:
             hits.append("constant")
     for i, x in enumerate(inputs):
         if (isinstance(x, torch.Tensor) and x.shape == ref.shape and x.dtype == ref.dtype

@@ -288,3 +288,16 @@ def test_the_devices_total_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(gpu_memory, "_mem_info", mem_info)
     mem = DeviceMemory()
     assert mem.total() == mem.total() == 80 * GIB and asked == [1]
+
+
+@pytest.mark.parametrize("free_gb, released", [(10, True), (30, False)])
+def test_the_parent_gives_its_cache_back_only_when_the_device_is_short(
+        monkeypatch: pytest.MonkeyPatch, free_gb: int, released: bool) -> None:
+    """Blocks given back are a cudaMalloc in a later compare, under the shared lock: only
+    when less than a quarter of the device is free."""
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    monkeypatch.setattr(gpu_memory, "_mem_info", lambda: (free_gb << 30, 80 << 30))
+    assert gpu_memory.release_cached() is released
+    assert emptied == ([1] if released else [])

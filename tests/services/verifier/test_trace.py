@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import services.verifier.harness_trace as trace
+from tests.services.verifier.conftest import gpu
 
 SCRIPT = r'''
 import json, os, sys
@@ -59,3 +62,41 @@ def test_the_warm_up_compiles_kernels_but_launches_none() -> None:
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out == {"launches": 0, "plain_ran": False, "tuned_ran": False, "tuned_configs": 0,
                    "deferred": True, "after_launches": 1, "after_right": True}
+
+
+def test_poison_pieces_reach_each_free_block_from_its_own_pool() -> None:
+    """Requests up to 1 MiB go to the allocator's small pool, larger ones to the large pool:
+    a large-pool block is asked back at its size, a large-pool remnant of 1 MiB or less is
+    left (no request can get it), and a free 2 MiB small segment takes two requests."""
+    mib = 1 << 20
+    assert trace._pieces("large", 300 * mib) == [300 * mib]
+    assert trace._pieces("large", mib) == []
+    assert trace._pieces("small", 4096) == [4096]
+    assert trace._pieces("small", mib) == [mib]
+    assert trace._pieces("small", 2 * mib) == [mib, mib]
+
+
+@pytest.mark.gpu
+@gpu
+def test_poisoning_fills_every_free_block_and_reserves_memory_once() -> None:
+    """Blocks freed with data in them (large and small pool) read NaN when handed out again,
+    and once the first reserve exists a later call takes no new device memory, though an
+    output kept from the last call now sits in the reserve (the old way cudaMalloc'ed a
+    fresh 256 MB block every call for exactly that reason)."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    sizes = (5 << 20, 300, 200_000, 1 << 18, 3_000_000)  # float32 elements
+    junk = [torch.full((n,), 7.0, device="cuda") for n in sizes]
+    del junk
+    trace.poison_allocator()
+    kept = torch.ones(1 << 20, device="cuda")  # a call's output, kept until it is written
+    reserved = torch.cuda.memory_reserved()
+    assert not trace.poison_allocator()
+    assert torch.cuda.memory_reserved() == reserved
+    for n in sizes + (trace.POISON_RESERVE // 8,):
+        got = torch.empty(n, device="cuda")
+        assert bool(torch.isnan(got).all()), f"{n} elements handed out unpoisoned"
+        del got
+    assert bool((kept == 1).all())
