@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-OOM = re.compile(r"out of memory|OutOfMemoryError|cudaErrorMemoryAllocation", re.IGNORECASE)
+# (the last: the tail of torch's message, all that is left of it where a text was cut short)
+OOM = re.compile(r"out of memory|OutOfMemoryError|cudaErrorMemoryAllocation"
+                 r"|[0-9.]+ [GMK]iB of which [0-9.]+ [GMK]iB is free", re.IGNORECASE)
 # Room asked for before a rerun: at least this, or the problem's own size times NEED_FACTOR
 # (inputs, their pre-call copies, outputs, the timed sets and the parent's compare)
 MIN_NEED = 4 << 30

@@ -385,8 +385,11 @@ TIMER: Any = None  # kz_timing.Timer, made before the solution is imported
 if __name__ == "__main__":
     try:
         main()
-    except BaseException:  # noqa: BLE001
-        REPORT["errors"].append(["runtime", "harness crashed: " + traceback.format_exc()[-500:]])
+    except BaseException as exc:  # noqa: BLE001
+        # the error's own first words too: a long message (CUDA's out-of-memory one is ~600
+        # characters) would lose them in the traceback's tail, and the parent reads them
+        REPORT["errors"].append(["runtime", f"harness crashed: {_brief(exc)} | "
+                                            + traceback.format_exc()[-400:]])
         _write_report()
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks / __del__ cannot run

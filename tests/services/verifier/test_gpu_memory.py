@@ -46,6 +46,10 @@ def test_out_of_memory_is_read_from_torch_and_driver_messages() -> None:
     assert out_of_memory([TORCH_OOM])
     assert out_of_memory(["harness crashed: torch.AcceleratorError: CUDA error: out of memory"])
     assert out_of_memory(["no report", "cudaErrorMemoryAllocation"])
+    # all that was left of torch's message in a harness crash cut to its last 500 characters
+    # (H100, seventeenth session: the honest candidate beside a hog was not run again)
+    assert out_of_memory(["runtime: harness crashed: 18 GiB of which 510.62 MiB is free. "
+                          "Including non-PyTorch memory, this process has 774.00 MiB"])
     assert not out_of_memory(["numerics: call 0: max abs error 3.2", ""])
 
 

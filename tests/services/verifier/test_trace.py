@@ -95,8 +95,8 @@ def test_poisoning_fills_every_free_block_and_reserves_memory_once() -> None:
     reserved = torch.cuda.memory_reserved()
     assert not trace.poison_allocator()
     assert torch.cuda.memory_reserved() == reserved
-    for n in sizes + (trace.POISON_RESERVE // 8,):
-        got = torch.empty(n, device="cuda")
-        assert bool(torch.isnan(got).all()), f"{n} elements handed out unpoisoned"
-        del got
+    # all at once: a check in between would free its own results into the cache
+    got = [torch.empty(n, device="cuda") for n in sizes + (trace.POISON_RESERVE // 8,)]
+    for n, g in zip(sizes + (trace.POISON_RESERVE // 8,), got):
+        assert bool(torch.isnan(g).all()), f"{n} elements handed out unpoisoned"
     assert bool((kept == 1).all())
