@@ -184,7 +184,7 @@ def repeated(batch: list[tuple[str, str, str]], n: int) -> list[tuple[str, str, 
 def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                   adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1,
                   holdouts: int = 2, epoch_ms: int | None = None, judges: int = -1,
-                  permit_at_done: bool = False) -> Any:
+                  permit_at_done: bool = False, pause_compiling: bool = True) -> Any:
     """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
@@ -195,6 +195,7 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                             wall_timeout_s=240, tmp_dir=tmp, warm_slots=warm_slots,
                             adaptive_shadow=adaptive_shadow, workers=workers,
                             holdouts=holdouts, judges=judges, permit_at_done=permit_at_done,
+                            pause_compiling=pause_compiling,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
     if epoch_ms is not None:
         options = replace(options, shared_epoch_s=epoch_ms / 1000)
@@ -205,7 +206,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               warm_slots: int = 1, builders: int | None = None,
               adaptive_shadow: bool = True, zygote: int = -1,
               holdouts: int = 2, epoch_ms: int | None = None,
-              batches: int = 1, judges: int = -1, early: bool = False) -> dict[str, Any]:
+              batches: int = 1, judges: int = -1, early: bool = False,
+              pause_compiling: bool = True) -> dict[str, Any]:
     """One pass. `batches` > 1: the verifier service's way, one session across its batches
     (each a new copy: new problems, cold compiles); the last one is reported, its clock
     from its own start (the session, its fork server and warm sandboxes already up)."""
@@ -214,7 +216,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
 
     options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
                             holdouts=holdouts, epoch_ms=epoch_ms, judges=judges,
-                            permit_at_done=early)
+                            permit_at_done=early, pause_compiling=pause_compiling)
     items = [(p, s) for _, p, s in batch]
     earlier, lock0 = [], {}
     if batches > 1:  # as VerifierCore._get_session makes it
@@ -279,7 +281,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             **_mid_rate([x["batch_s"][1] for x in rows if x.get("batch_s")]),
             "workers": workers, "judges": core.judges_for(options, workers),
             "bundle_builders": options.bundle_builders,
-            "adaptive_shadow": adaptive_shadow,
+            "adaptive_shadow": adaptive_shadow, "pause_compiling": pause_compiling,
             "problems": len({p for _, p, _ in batch}), "warm_slots": warm_slots,
             # host CPU/GPU busy fractions over the batch; CPU core-seconds per candidate
             "host": host, "cpu_s_per_candidate": round(host["cpu_core_s"] / max(1, len(rows)), 2),
@@ -543,11 +545,11 @@ def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     name, _, body = spec.partition(":")
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
     unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch",
-                         "batches", "judges", "early"}
+                         "batches", "judges", "early", "pausecompile"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
                          "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N,judges=N,"
-                         "early=0|1")
+                         "early=0|1,pausecompile=0|1")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -585,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
                          "one session across N batches, each a new copy; the last reported), "
                          "judges (threads beyond the workers that judge finished candidates; "
                          "0: each worker judges its own, as before verifier 1.10; default: "
-                         "half the workers)")
+                         "half the workers), early (1: a sandbox's place goes back at its "
+                         "DONE), pausecompile (0: a sandbox still compiling is left running "
+                         "while another is timed)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -606,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
                "holdouts": 2, "epoch": -1, "batches": args.batches, "judges": -1,
-               "early": 0}
+               "early": 0, "pausecompile": 1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -623,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
                                  cfg["builders"] or None, bool(cfg["shadow"]),
                                  cfg["zygote"], cfg["holdouts"],
                                  cfg["epoch"] if cfg["epoch"] >= 0 else None, cfg["batches"],
-                                 cfg["judges"], bool(cfg["early"]))
+                                 cfg["judges"], bool(cfg["early"]),
+                                 bool(cfg["pausecompile"]))
         _save(args.out, result)
         print(_table(f"pass {name}", [_pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

@@ -115,7 +115,7 @@ def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOption
             withheld = slot.load(solution_src, bundle.inputs_dir, cache, withhold=held)
         with _step(steps, "sandbox"):
             res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld,
-                                      after_timed)
+                                      after_timed, options.pause_compiling)
         with _step(steps, "save_cache"), _hash_lock(key):
             slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
         return slot, job, res

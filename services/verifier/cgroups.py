@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,12 +129,14 @@ def _create_v1(name: str, pids_max: int, memory_bytes: int | None) -> Cgroup | N
     return Cgroup(dirs, 1)
 
 
-def other_procs(own: Cgroup) -> list[int]:
-    """Pids in every candidate cgroup on the host but `own` (every verifier's sandboxes
-    share one parent group: v2's, or v1's pids hierarchy, where every sandbox has one)."""
+def other_procs(own: Cgroup, skip: Collection[object] = ()) -> list[int]:
+    """Pids in every candidate cgroup on the host but `own` and those named in `skip`
+    (every verifier's sandboxes share one parent group: v2's, or v1's pids hierarchy,
+    where every sandbox has one)."""
     mine = own.dirs[0]
     try:
-        dirs = [d for d in mine.parent.iterdir() if d.name.startswith("c-") and d != mine]
+        dirs = [d for d in mine.parent.iterdir()
+                if d.name.startswith("c-") and d != mine and d.name not in skip]
     except OSError:
         return []
     return [pid for d in dirs for pid in _read_pids(d)]

@@ -192,14 +192,18 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         _CTRL.write("KZ-IDLE\n")
     # The timed sets are correctness trials, already read for the calls (`loaded`: a
     # candidate that altered those host copies gets outputs the parent finds wrong).
+    part = [time.monotonic()]  # the parts of `timing_inputs` (0.87 s median, H100 batch)
     sets = [[_to_device(x) for x in _read(f, loaded)] for f in spec["files"]]
+    _mark("timing_inputs_sets", part)
     held = spec.get("holdout_files", [])
     # The holdout files are in the inputs dir only from this request to READY (the parent
     # links them in now and takes them away before the timed runs); their contents stay
     # in (pinned) host memory until their own runs, after the timed ones.
     if held and not _gate("KZ-HOLDOUTS"):
         return
+    _mark("timing_inputs_ask", part)
     sets += [[_pinned(x) for x in _read(f, loaded)] for f in held]
+    _mark("timing_inputs_holdouts", part)
     args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last

@@ -70,6 +70,11 @@ class VerifyOptions:
     tmp_dir: str = ""  # where private dirs live (empty: system temp)
     # sandboxes started ahead (torch imported while idle); 0 = start per candidate
     warm_slots: int = 1
+    # every other sandbox is stopped while one is timed; False leaves a candidate's sandbox
+    # running from its job to its first GPU request (import, build, compile-only warm-up:
+    # no Triton launch, but its constructor and import may still run torch ops): its compile
+    # is then not stretched by the timed phases (~32% of an H100 batch's wall). Unmeasured.
+    pause_compiling: bool = True
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
     # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise;

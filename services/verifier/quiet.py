@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
 TIMING_NICE = -10  # the exclusive timing phase outranks every other sandbox (nice 0)
@@ -91,6 +91,31 @@ class _Quiet:
 
 
 QUIET = _Quiet()
+
+
+class _Unpaused:
+    """Sandboxes a timed phase leaves running, each known by its uid and its cgroup's name
+    (VerifyOptions.pause_compiling False: a candidate's sandbox from its job until its first
+    GPU request). The listers of the others (cgroups.other_procs, others_by_uid) skip them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: set[int | str] = set()
+
+    def add(self, keys: Collection[int | str]) -> None:
+        with self._lock:
+            self._keys.update(keys)
+
+    def remove(self, keys: Collection[int | str]) -> None:
+        with self._lock:
+            self._keys.difference_update(keys)
+
+    def keys(self) -> frozenset[int | str]:
+        with self._lock:
+            return frozenset(self._keys)
+
+
+UNPAUSED = _Unpaused()
 
 
 def renice(proc: subprocess.Popen, nice: int) -> None:  # type: ignore[type-arg]

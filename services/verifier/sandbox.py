@@ -30,6 +30,7 @@ from services.verifier import sandbox_command as C
 from services.verifier import sandbox_mounts as M
 from services.verifier import sandbox_supervise as S
 from services.verifier import sandbox_uids as U
+from services.verifier.quiet import UNPAUSED
 from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for callers
     DONE, READY, SHARED, WARM, Gates, Handover)
 from services.verifier.sandbox_uids import UID_BASE, live_uid_processes  # noqa: F401
@@ -248,25 +249,32 @@ class Process:
 
     def finish(self, stdin_data: bytes, gates: Gates | None = None,
                handover: Handover | None = None,
-               after_timed: Callable[[], None] | None = None) -> RunResult:
+               after_timed: Callable[[], None] | None = None,
+               pause_compiling: bool = True) -> RunResult:
         """Send the job, supervise the phases, tear everything down; once only. `handover`:
         files the child sees only between IDLE and READY, if it asks (the holdouts);
-        `after_timed` is called when its timed phase has ended (DONE), before it exits."""
+        `after_timed` is called when its timed phase has ended (DONE), before it exits.
+        `pause_compiling` False: other sandboxes' timed phases leave this one running
+        until its first GPU request (VerifyOptions.pause_compiling)."""
         if self._done:
             raise SandboxError("sandboxed process already used")
         self._done = True
         t0 = time.monotonic()
         timed_out, warm, uid = False, self.warm, self.uid
         clock: dict[str, float] = {}
+        unpaused = () if pause_compiling else self._keys()
         try:
+            UNPAUSED.add(unpaused)
             S.send(self.proc, stdin_data)
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
-                                     self._others(), handover, after_timed)
+                                     self._others(), handover, after_timed,
+                                     lambda: UNPAUSED.remove(unpaused))
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
+            UNPAUSED.remove(unpaused)
             self._stop()
             notes = self.cg.events() if self.cg else []
             self._teardown()
@@ -285,8 +293,14 @@ class Process:
             return None
         cg = self.cg
         if cg is not None:
-            return lambda: cgroups.other_procs(cg)
-        return S.others_by_uid(self.uid)
+            return lambda: cgroups.other_procs(cg, UNPAUSED.keys())
+        return S.others_by_uid(self.uid, UNPAUSED.keys)
+
+    def _keys(self) -> tuple[int | str, ...]:
+        """How the listers of the others know this sandbox: its uid, its cgroup's name."""
+        if self.uid < U.UID_BASE:
+            return ()
+        return (self.uid,) + ((self.cg.dirs[0].name,) if self.cg else ())
 
     def discard(self) -> None:
         """Kill an unused process and free its uid and cgroup."""

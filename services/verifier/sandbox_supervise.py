@@ -13,8 +13,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from functools import lru_cache
 from pathlib import Path
@@ -64,12 +64,14 @@ class Gates(Protocol):
 def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: ignore[type-arg]
            limits: Limits, clock: dict[str, float] | None = None,
            others: Others | None = None, handover: Handover | None = None,
-           after_timed: Callable[[], None] | None = None) -> bool:
+           after_timed: Callable[[], None] | None = None,
+           first_request: Callable[[], None] | None = None) -> bool:
     """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
     the seconds spent in each phase (to see where a candidate's wall time goes). `others`:
     lists every other sandbox's processes, paused while this child is timed.
     `handover`: files the child gets between IDLE and READY if it asks (HOLDOUTS).
-    `after_timed`: called once the timed phase ended with DONE (the child's exit to come)."""
+    `after_timed`: called once the timed phase ended with DONE (the child's exit to come).
+    `first_request`: called when the child first asks for a GPU phase (or ends)."""
     t = clock if clock is not None else {}
     mark = time.monotonic()
 
@@ -83,6 +85,8 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
         return wait(proc, None, limits.wall_s)
     if not wait(proc, ctrl.any_request, limits.wall_s):
         return False
+    if first_request is not None:
+        first_request()
     lap("start")  # job read, solution imported, first request
     if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
         if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, limits.wall_s, lap):
@@ -200,12 +204,12 @@ def _until(ok: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def others_by_uid(own_uid: int) -> Others:
-    """Every other sandbox process on the host, by its uid: a scan of /proc (one status
-    file per process). Where sandboxes have cgroups, `cgroups.other_procs` reads one file
-    per sandbox instead."""
+def others_by_uid(own_uid: int, skip: Callable[[], Collection[Any]] = frozenset) -> Others:
+    """Every other sandbox process on the host, by its uid, but those `skip()` names: a
+    scan of /proc (one status file per process). Where sandboxes have cgroups,
+    `cgroups.other_procs` reads one file per sandbox instead."""
     ranges = ((UID_BASE, own_uid), (own_uid + 1, UID_BASE + UID_RANGE))
-    return lambda: [pid for lo, hi in ranges for pid in live_uid_processes(lo, hi)]
+    return lambda: [pid for lo, hi in ranges for pid in live_uid_processes(lo, hi, skip())]
 
 
 def send(proc: subprocess.Popen, data: bytes) -> None:  # type: ignore[type-arg]

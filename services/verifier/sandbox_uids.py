@@ -13,6 +13,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 UID_BASE = 61000
@@ -73,13 +74,13 @@ class UidPool:
 UIDS = UidPool()
 
 
-def live_uid_processes(lo: int, hi: int) -> list[int]:
-    """Pids of live processes whose real uid is in [lo, hi)."""
+def live_uid_processes(lo: int, hi: int, skip: Collection[object] = ()) -> list[int]:
+    """Pids of live processes whose real uid is in [lo, hi) and not in `skip`."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             u = _proc_uid(entry)
-            if u is not None and lo <= u < hi:
+            if u is not None and lo <= u < hi and u not in skip:
                 out.append(int(entry))
     return out
 

@@ -304,6 +304,54 @@ def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, by: str, base:
         other.discard()
 
 
+@pytest.mark.parametrize("mode", UID_MODES[:1])
+@pytest.mark.parametrize("by", ["uid", "cgroup"])
+def test_a_sandbox_marked_unpaused_keeps_running_while_another_is_timed(
+        mode: str, by: str, base: Path) -> None:
+    """VerifyOptions.pause_compiling False: a sandbox between its job and its first GPU
+    request is in UNPAUSED, and the listers of the others (cgroup or uid) leave it out;
+    the rest are stopped as before."""
+    from services.verifier.quiet import UNPAUSED
+
+    lim = sandbox.Limits(wall_s=60, cpu_s=60, memory_bytes=4 << 30, nproc=64,
+                         fsize_bytes=1 << 20)
+    spin = [sys.executable, "-I", "-c", "while True: pass"]
+
+    def start(name: str) -> sandbox.Process:
+        for d in ("work", "inputs", "cache"):
+            (base / name / d).mkdir(parents=True)
+        os.chmod(base / name, 0o711)
+        view = M.View(*(str(base / name / d) for d in ("work", "inputs", "cache")), "cpu")
+        return sandbox.Process(mode, view, spin, {}, lim, base)
+
+    timed, other, compiling = start("a"), start("b"), start("c")
+    keys = compiling._keys()
+    try:
+        deadline = time.monotonic() + 20
+        while not all(sandbox.live_uid_processes(p.uid, p.uid + 1)
+                      for p in (timed, other, compiling)):
+            assert time.monotonic() < deadline, "sandboxes did not start"
+            time.sleep(0.05)
+        if by == "cgroup" and timed.cg is None:
+            pytest.skip("no cgroups for sandboxes on this host")
+        others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(
+            timed.uid, UNPAUSED.keys)
+        assert others is not None
+        UNPAUSED.add(keys)
+        with sandbox.S.others_paused(others):
+            stop_by = time.monotonic() + 2
+            while _states(other.uid) != {"T"}:
+                assert time.monotonic() < stop_by, f"not stopped: {_states(other.uid)}"
+                time.sleep(0.01)
+            assert "T" not in _states(compiling.uid)
+        UNPAUSED.remove(keys)
+        assert compiling.uid not in UNPAUSED.keys()
+    finally:
+        UNPAUSED.remove(keys)
+        for p in (timed, other, compiling):
+            p.discard()
+
+
 def test_no_sandbox_starts_while_one_is_timed() -> None:
     """A start (torch import, CUDA context) during a timed phase would land in its
     measurement: the spawner holds new processes until the phase ends, failed ones too."""
