@@ -204,8 +204,9 @@ def poison_allocator(reserve: int = POISON_RESERVE) -> bool:
 def _free_blocks() -> list[tuple[str, int]]:
     """(pool, bytes) of each free block cached for the current stream's default pool."""
     stream = torch.cuda.current_stream().cuda_stream
-    return [(seg["segment_type"], b["size"]) for seg in _snapshot()
-            if seg.get("stream", 0) == stream and tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0)
+    segments = [seg for seg in _snapshot() if seg.get("stream", 0) == stream
+                and tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0)]
+    return [(seg["segment_type"], b["size"]) for seg in segments
             for b in seg["blocks"] if b["state"] == "inactive"]
 
 
