@@ -30,3 +30,43 @@ def occupancy(rows: Sequence[dict[str, Any]], workers: int) -> dict[str, Any]:
             "busy_mid": round(overlap / (hi - lo), 2) if hi > lo else None,
             "workers": workers,
             "ideal_per_minute": round(60 * workers / mean_s / share, 1) if mean_s > 0 else None}
+
+
+# The parent's laps of a sandbox run, in order (sandbox_supervise.phases)
+LAPS = ("start", "shared_wait", "shared", "idle", "exclusive_wait", "exclusive_pause",
+        "exclusive", "exclusive_resume")
+
+
+def stopped(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds each sandboxed candidate spent, per phase, inside another candidate's timed
+    runs (mean over the candidates; every other sandbox is stopped then), beside the phase's
+    mean length. A lower bound: the bundles' timed baselines stop them too, and their clock
+    is not in a verdict. Read from `sandbox_batch_s` and the laps in `phase_s` (candidates
+    run once only); `after`: from the last lap to the sandbox's end (writing outputs)."""
+    spans = [_spans(r) for r in rows
+             if len(r.get("sandbox_batch_s") or ()) == 2 and r.get("phase_s")]
+    if not spans:
+        return {}
+    timed = [s["exclusive"] for s in spans if "exclusive" in s]
+    out: dict[str, Any] = {}
+    for name in ("start", "shared_wait", "shared", "idle", "after"):
+        own = [(s[name], [t for t in timed if t is not s.get("exclusive")])
+               for s in spans if name in s]
+        if own:
+            out[name] = {"mean_s": round(statistics.fmean(b - a for (a, b), _ in own), 3),
+                         "stopped_s": round(statistics.fmean(
+                             sum(max(0.0, min(b, y) - max(a, x)) for x, y in others)
+                             for (a, b), others in own), 3)}
+    return out
+
+
+def _spans(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Each lap's [start, end] in the batch's clock, and `after` (the rest of the run)."""
+    t, end = row["sandbox_batch_s"]
+    spans = {}
+    for name in LAPS:
+        if name in row["phase_s"]:
+            spans[name] = (t, t + row["phase_s"][name])
+            t += row["phase_s"][name]
+    spans["after"] = (t, max(t, end))
+    return spans

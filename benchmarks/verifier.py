@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from benchmarks.occupancy import occupancy  # noqa: E402
+from benchmarks.occupancy import occupancy, stopped  # noqa: E402
 
 TESTS = REPO / "tests" / "services" / "verifier"
 
@@ -309,6 +309,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "warm_starts": sum(bool(x["warm_start"]) for x in rows),
             # sandboxes busy mid-batch (of `workers`), and the rate had all been busy all along
             "occupancy": occupancy(rows, workers),
+            # per phase: mean s of a sandbox run, and of it inside others' timed runs (stopped)
+            "stopped": stopped(rows),
             "exclusive_s": _exclusive(batch, rows, wall),
             "gpu_memory": _gpu_memory(rows),
             # the GPU lock: its shared-epoch minimum, and seconds closed to new shared steps
@@ -510,6 +512,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
                                   for k, t in (v.get("median_reference_steps_s") or {}).items()),
             "exclusive": " ".join(f"{k}={t}" for k, t in (v.get("exclusive_s") or {}).items()),
             "occupancy": " ".join(f"{k}={t}" for k, t in (v.get("occupancy") or {}).items()),
+            "stopped": " ".join(f"{k}={t['stopped_s']}/{t['mean_s']}"
+                                for k, t in (v.get("stopped") or {}).items()),
             "gpu_memory": " ".join(f"{k}={t}" for k, t in (v.get("gpu_memory") or {}).items()
                                    if k != "oom_rerun_labels"),
             "lock": " ".join(f"{k}={t}" for k, t in
@@ -534,7 +538,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_batches",
              "first_done_s",
-             "median_cand_s", "warm_starts", "occupancy", "gpu_memory", "exclusive", "lock",
+             "median_cand_s", "warm_starts", "occupancy", "stopped", "gpu_memory", "exclusive",
+             "lock",
              "holdout", "cpu_busy", "gpu_util", "gpu_mem_mib", "parent", "cpu_s_per_cand",
              "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",

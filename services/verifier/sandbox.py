@@ -269,15 +269,19 @@ class Process:
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
                                      self._others(), handover, after_timed,
                                      lambda: UNPAUSED.remove(unpaused))
+            t1 = time.monotonic()
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
+            clock["exit"] = round(time.monotonic() - t1, 3)  # diagnostics, as the laps
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
             UNPAUSED.remove(unpaused)
+            t1 = time.monotonic()
             self._stop()
             notes = self.cg.events() if self.cg else []
             self._teardown()
+            clock["teardown"] = round(time.monotonic() - t1, 3)
         res = RunResult(None if timed_out else self.proc.returncode, timed_out,
                         time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
                         self.isolation, self.ctrl.ready.is_set(), phase_s=clock,

@@ -1,4 +1,4 @@
-from benchmarks.occupancy import occupancy
+from benchmarks.occupancy import occupancy, stopped
 
 
 def _row(start: float, end: float, sandboxed: bool = True) -> dict:
@@ -34,3 +34,18 @@ def test_a_rerun_counts_both_runs_of_its_candidate() -> None:
             for k in range(20)]
     got = occupancy(rows, workers=1)
     assert got["mean_sandbox_s"] == 2.0 and got["busy_mid"] == 1.0
+
+
+def test_a_phase_inside_another_candidates_timed_runs_reads_as_stopped() -> None:
+    # A is timed from 3 to 4 s; B compiles ("start") from 2.5 to 5.5 s: 1 s of it stopped
+    a = {"sandbox_batch_s": [0.0, 5.0],
+         "phase_s": {"start": 1.0, "shared": 2.0, "exclusive": 1.0}}
+    b = {"sandbox_batch_s": [2.5, 7.0], "phase_s": {"start": 3.0, "shared": 1.0}}
+    got = stopped([a, b])
+    assert got["start"] == {"mean_s": 2.0, "stopped_s": 0.5}  # (1 + 3) / 2 s; (0 + 1) / 2
+    assert got["shared"]["stopped_s"] == 0.0
+    assert got["after"] == {"mean_s": 0.75, "stopped_s": 0.0}  # A 1 s, B 0.5 s
+
+
+def test_no_laps_give_no_reading() -> None:
+    assert stopped([{"sandbox_batch_s": [0.0, 1.0]}]) == {}
