@@ -81,8 +81,8 @@ def test_poison_pieces_reach_each_free_block_from_its_own_pool() -> None:
 def test_poisoning_fills_every_free_block_and_reserves_memory_once() -> None:
     """Blocks freed with data in them (large and small pool) read NaN when handed out again,
     and once the first reserve exists a later call takes no new device memory, though an
-    output kept from the last call now sits in the reserve (the old way cudaMalloc'ed a
-    fresh 256 MB block every call for exactly that reason)."""
+    output kept from the last call now sits in a block it filled (the old way cudaMalloc'ed
+    a fresh 256 MB block every call, since such outputs sat in the last one)."""
     import torch
 
     torch.cuda.synchronize()
