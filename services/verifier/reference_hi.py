@@ -27,10 +27,13 @@ def release_if_short() -> bool:
     run, as before: each block given back is a cudaMalloc in the next trial's draw, gate or
     float64 run, under the shared lock (each of the three took ~0.1 s a trial in a busy
     H200 batch)."""
-    free, total = torch.cuda.mem_get_info()
-    if free >= SHORT_FRACTION * total:
+    try:
+        free, total = torch.cuda.mem_get_info()
+        if free >= SHORT_FRACTION * total:
+            return False
+        torch.cuda.empty_cache()
+    except RuntimeError:  # a broken context: the trial's own error says what happened
         return False
-    torch.cuda.empty_cache()
     return True
 
 
