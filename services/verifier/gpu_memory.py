@@ -9,6 +9,8 @@ rejected with "CUDA out of memory" and whole problems were declared unusable
 more, alone among such reruns and once the device has room. Whether it failed that way is
 read from what the candidate's sandbox printed, which is never trusted for a verdict; here
 it only decides whether to spend a second run, and the second run is judged like the first.
+Standalone (stdlib; torch imported where used): also copied next to the reference worker
+as kz_gpu_memory.py, whose float64 runs give their cache back as the parent does.
 """
 
 from __future__ import annotations
@@ -83,9 +85,10 @@ SHORT_FRACTION = 0.25  # the device counts as short of memory with less than thi
 
 
 def release_cached(short_fraction: float = SHORT_FRACTION) -> bool:
-    """Hand the parent's unused cached device blocks back to the driver (for the others)
+    """Hand this process's unused cached device blocks back to the driver (for the others)
     when the device is short of memory; True if it did. Not otherwise: every block given
-    back is a cudaMalloc in a later compare, under the shared lock."""
+    back is a cudaMalloc in a later step under the shared lock (the parent's compares, the
+    reference worker's trials)."""
     import torch
 
     if not torch.cuda.is_initialized():

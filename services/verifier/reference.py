@@ -154,7 +154,8 @@ def _seed() -> int:
 # The reference worker and the modules it imports, as named in its sandbox.
 WORKER_FILES = {"reference_worker.py": "reference_worker.py",
                 "kz_problem_api.py": "reference_problem.py", "kz_numerics.py": "numerics.py",
-                "kz_hi.py": "reference_hi.py", "kz_timing.py": "timing.py",
+                "kz_hi.py": "reference_hi.py", "kz_gpu_memory.py": "gpu_memory.py",
+                "kz_timing.py": "timing.py",
                 "kz_timing_stats.py": "timing_stats.py"}
 
 

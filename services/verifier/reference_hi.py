@@ -4,7 +4,8 @@ Per output: Model's result computed in float64 and rounded to the output dtype, 
 where it refines the same-dtype reference (kz_numerics.accurate_reference), so a kernel
 more accurate than the same-dtype Model may match it. An extra, never a requirement: it
 is skipped where its run would be big (GPU memory is shared with candidates' trials) or
-slow (the whole worker runs under reference_timeout_s). Standalone (torch, kz_numerics).
+slow (the whole worker runs under reference_timeout_s). Standalone (torch, kz_numerics,
+kz_gpu_memory).
 """
 
 from __future__ import annotations
@@ -15,26 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from kz_gpu_memory import release_cached
 from kz_numerics import Tol, accurate_reference
 
 MAX_BYTES = 1 << 30
-SHORT_FRACTION = 0.25  # the device counts as short of memory with less than this share free
-
-
-def release_if_short() -> bool:
-    """Give this process's unused cached blocks (the float64 run's) back to the driver if
-    the device is short of memory (others may need them); True if it did. Not after every
-    run, as before: each block given back is a cudaMalloc in the next trial's draw, gate or
-    float64 run, under the shared lock (each of the three took ~0.1 s a trial in a busy
-    H200 batch)."""
-    try:
-        free, total = torch.cuda.mem_get_info()
-        if free >= SHORT_FRACTION * total:
-            return False
-        torch.cuda.empty_cache()
-    except RuntimeError:  # a broken context: the trial's own error says what happened
-        return False
-    return True
 
 
 class HiReference:
@@ -83,7 +68,12 @@ class HiReference:
             return none
         finally:
             if self.device == "cuda":
-                release_if_short()
+                # not after every run, as before 1.12: each block given back is a cudaMalloc
+                # in the next trial's draw, gate or float64 run, under the shared lock
+                try:
+                    release_cached()
+                except RuntimeError:  # a broken context: the trial's own error says so
+                    pass
             self.spent_s += time.perf_counter() - start
 
     def _run(self, hi: torch.nn.Module, inputs: list, refs: list) -> list:
