@@ -25,16 +25,21 @@ def occupancy(rows: Sequence[dict[str, Any]], workers: int) -> dict[str, Any]:
     overlap = sum(max(0.0, min(b, hi) - max(a, lo)) for pairs in runs for a, b in pairs)
     mean_s = statistics.fmean(sum(b - a for a, b in pairs) for pairs in runs)
     share = len(runs) / len(rows)
+    gpu = [_gpu_span(r) for r in rows if len(r.get("sandbox_batch_s") or ()) == 2
+           and r.get("phase_s")]
+    on_gpu = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in gpu if b > a)
     return {"sandboxed": len(runs), "sandboxed_share": round(share, 3),
             "mean_sandbox_s": round(mean_s, 3),
             "busy_mid": round(overlap / (hi - lo), 2) if hi > lo else None,
+            # of them, past their first GPU request (what VerifyOptions.gpu_places caps)
+            "gpu_busy_mid": round(on_gpu / (hi - lo), 2) if hi > lo and gpu else None,
             "workers": workers,
             "ideal_per_minute": round(60 * workers / mean_s / share, 1) if mean_s > 0 else None}
 
 
 # The parent's laps of a sandbox run, in order (sandbox_supervise.phases)
-LAPS = ("start", "shared_wait", "shared", "idle", "exclusive_wait", "exclusive_pause",
-        "exclusive", "exclusive_resume")
+LAPS = ("start", "gpu_place_wait", "shared_wait", "shared", "idle", "exclusive_wait",
+        "exclusive_pause", "exclusive", "exclusive_resume")
 
 
 def stopped(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -49,7 +54,7 @@ def stopped(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return {}
     timed = [s["exclusive"] for s in spans if "exclusive" in s]
     out: dict[str, Any] = {}
-    for name in ("start", "shared_wait", "shared", "idle", "after"):
+    for name in ("start", "gpu_place_wait", "shared_wait", "shared", "idle", "after"):
         own = [(s[name], [t for t in timed if t is not s.get("exclusive")])
                for s in spans if name in s]
         if own:
@@ -58,6 +63,13 @@ def stopped(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                              sum(max(0.0, min(b, y) - max(a, x)) for x, y in others)
                              for (a, b), others in own), 3)}
     return out
+
+
+def _gpu_span(row: dict[str, Any]) -> tuple[float, float]:
+    """When the run held a GPU place: from its first request granted to its last lap."""
+    spans = _spans(row)
+    begin = spans.get("gpu_place_wait", spans.get("start", spans["after"]))[1]
+    return begin, spans["after"][0]
 
 
 def _spans(row: dict[str, Any]) -> dict[str, tuple[float, float]]:

@@ -89,7 +89,7 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
         # with permit_at_done the place goes when the timed runs end (outputs still to write)
         early = getattr(permit, "give_back", None) if options.permit_at_done else None
         slot, job, res = _sandboxed(solution_src, bundle, options, base, mode, gates, slots,
-                                    steps, early)
+                                    steps, early, getattr(permit, "gpu_place", None))
     try:
         out = judge(slot.work, job, res, bundle, options, gates, steps)
         out.details["steps_s"] = {k: round(v, 3) for k, v in steps.items()}
@@ -101,9 +101,11 @@ def run(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base
 def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOptions, base: Path,
                mode: str, gates: sandbox.Gates | None, slots: SlotPool | None,
                steps: dict[str, float], after_timed: Callable[[], None] | None = None,
+               gpu_place: Callable[[], AbstractContextManager[Any]] | None = None,
                ) -> tuple[Any, dict[str, Any], sandbox.RunResult]:
     """The candidate's run in its sandbox, torn down when it returns; its slot's files
-    stay for the judgement (the caller closes the slot; this does if it raises)."""
+    stay for the judgement (the caller closes the slot; this does if it raises).
+    `gpu_place`: held for its GPU phases (VerifyOptions.gpu_places)."""
     key = source_hash(solution_src, options.device)
     cache = Path(options.cache) / "candidates" / key
     with _step(steps, "slot"):
@@ -115,7 +117,7 @@ def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOption
             withheld = slot.load(solution_src, bundle.inputs_dir, cache, withhold=held)
         with _step(steps, "sandbox"):
             res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld,
-                                      after_timed, options.pause_compiling)
+                                      after_timed, options.pause_compiling, gpu_place)
         with _step(steps, "save_cache"), _hash_lock(key):
             slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
         return slot, job, res

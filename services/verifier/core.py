@@ -23,7 +23,7 @@ from services.verifier import workspace as W
 from services.verifier.exceptions import ProblemError, SandboxError
 from services.verifier.gpu_lock import GpuLock, KindOfHolder
 from services.verifier.options import VerifyOptions
-from services.verifier.permits import Permit, judges_for, warm_slots_for
+from services.verifier.permits import Permit, gpu_places_for, judges_for, warm_slots_for
 from services.verifier.pool import SlotPool
 from services.verifier.prefetch import Plan, Progress, prefetch
 from services.verifier.report import Timings, VerifyReport, first_stage, rejected
@@ -367,6 +367,7 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
     service keeps one across its batches."""
     options = session.options
     running = threading.BoundedSemaphore(max(1, workers))
+    gpu = gpu_places_for(options, workers)
     session.slots.fill()  # they warm up while the first reference bundle is built
     session.ref_slots.fill()
     session.expect(p for p, _ in items)
@@ -386,7 +387,7 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
         start = time.monotonic() - t0
         held: list[float] = []
         try:
-            report = session.verify(problem, solution, running=Permit(running, t0, held))
+            report = session.verify(problem, solution, running=Permit(running, t0, held, gpu))
         finally:
             session.done_with(problem)
         # when this candidate started and ended, seconds into the batch (diagnostics: the

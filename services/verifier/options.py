@@ -92,6 +92,12 @@ class VerifyOptions:
     # no GPU lock); off: on the H200 it held a place 7.6 s instead of 8.8 s but the rate
     # did not move (verifier_notes.md, fifteenth session)
     permit_at_done: bool = False
+    # sandboxes of a batch past their first GPU request at once (the rest of `workers` may
+    # only start: import, build, compile-only warm-up); 0: no cap beyond `workers`. With
+    # workers=16, gpu_places=12 a batch compiles ahead while twelve places run on the GPU
+    # (12 workers kept 11.7-11.8 places busy on an H100; 16 time-sliced the GPU more:
+    # verifier_notes.md, eighteenth session). Unmeasured.
+    gpu_places: int = 0
     # runs made again after a CUDA out-of-memory failure, once the device has room: the
     # sandboxes share its memory and have no quota each (gpu_memory.py); 0: none
     oom_reruns: int = 1
@@ -113,6 +119,8 @@ class VerifyOptions:
             raise ValueError("workers must be >= 1")
         if self.judges < -1:
             raise ValueError("judges must be >= 0, or -1 for half the workers")
+        if self.gpu_places < 0:
+            raise ValueError("gpu_places must be >= 0 (0: as many as the workers)")
         if self.oom_reruns < 0:
             raise ValueError("oom_reruns must be >= 0")
         if self.holdouts < 0:

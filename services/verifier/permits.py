@@ -1,10 +1,14 @@
 """How many candidates of a batch run at once (core.verify_batch): a sandbox's place is a
-Permit of `workers`, and `judges` more threads judge the candidates whose sandboxes ran."""
+Permit of `workers`, and `judges` more threads judge the candidates whose sandboxes ran.
+With `gpu_places`, at most that many of the places are past their first GPU request: the
+others may only start (import, build, compile-only warm-up)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from services.verifier.options import VerifyOptions
 
@@ -15,15 +19,22 @@ def warm_slots_for(options: VerifyOptions, workers: int) -> int:
     return max(options.warm_slots, workers) if options.warm_slots else 0
 
 
+def gpu_places_for(options: VerifyOptions, workers: int) -> threading.BoundedSemaphore | None:
+    """The batch's GPU places, or None where they would not bind (as many as the workers)."""
+    n = options.gpu_places
+    return threading.BoundedSemaphore(n) if 0 < n < max(1, workers) else None
+
+
 class Permit:
     """One of `permits`, held for a candidate's sandbox run; when it was got and given back
     (seconds since t0) go `into`. `give_back` may come early (candidate.run, with
-    `permit_at_done`); leaving the block gives it back if that has not."""
+    `permit_at_done`); leaving the block gives it back if that has not. `gpu`: the batch's
+    GPU places, one of which `gpu_place` holds for the sandbox's GPU phases."""
 
     def __init__(self, permits: threading.BoundedSemaphore, t0: float,
-                 into: list[float]) -> None:
-        self._permits, self._t0, self._into = permits, t0, into
-        self._held = False
+                 into: list[float], gpu: threading.BoundedSemaphore | None = None) -> None:
+        self._permits, self._t0, self._into, self._gpu = permits, t0, into, gpu
+        self._held = self._gpu_held = False
         self._lock = threading.Lock()
 
     def __enter__(self) -> Permit:
@@ -32,7 +43,29 @@ class Permit:
         self._into.append(round(time.monotonic() - self._t0, 3))
         return self
 
+    @contextmanager
+    def gpu_place(self) -> Iterator[None]:
+        """A GPU place, from the sandbox's first GPU request to the end of its GPU phases
+        (sandbox_supervise.phases); at once without a cap."""
+        if self._gpu is None:
+            yield
+            return
+        self._gpu.acquire()
+        with self._lock:
+            self._gpu_held = True
+        try:
+            yield
+        finally:
+            self._give_gpu()
+
+    def _give_gpu(self) -> None:
+        with self._lock:
+            if self._gpu_held and self._gpu is not None:
+                self._gpu_held = False
+                self._gpu.release()
+
     def give_back(self) -> None:
+        self._give_gpu()  # a place on the GPU is part of the place: never kept past it
         with self._lock:
             if not self._held:
                 return

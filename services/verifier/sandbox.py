@@ -20,9 +20,11 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from services.verifier import cgroups, zygote_client
 from services.verifier.zygote import SAFE_PATH  # one copy: the server is standalone
@@ -250,12 +252,15 @@ class Process:
     def finish(self, stdin_data: bytes, gates: Gates | None = None,
                handover: Handover | None = None,
                after_timed: Callable[[], None] | None = None,
-               pause_compiling: bool = True) -> RunResult:
+               pause_compiling: bool = True,
+               gpu_place: Callable[[], AbstractContextManager[Any]] | None = None,
+               ) -> RunResult:
         """Send the job, supervise the phases, tear everything down; once only. `handover`:
         files the child sees only between IDLE and READY, if it asks (the holdouts);
         `after_timed` is called when its timed phase has ended (DONE), before it exits.
         `pause_compiling` False: other sandboxes' timed phases leave this one running
-        until its first GPU request (VerifyOptions.pause_compiling)."""
+        until its first GPU request (VerifyOptions.pause_compiling). `gpu_place`: held
+        from that request to the end of its GPU phases (VerifyOptions.gpu_places)."""
         if self._done:
             raise SandboxError("sandboxed process already used")
         self._done = True
@@ -268,7 +273,7 @@ class Process:
             S.send(self.proc, stdin_data)
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
                                      self._others(), handover, after_timed,
-                                     lambda: UNPAUSED.remove(unpaused))
+                                     lambda: UNPAUSED.remove(unpaused), gpu_place)
             t1 = time.monotonic()
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases

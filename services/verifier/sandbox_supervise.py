@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -65,13 +65,16 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
            limits: Limits, clock: dict[str, float] | None = None,
            others: Others | None = None, handover: Handover | None = None,
            after_timed: Callable[[], None] | None = None,
-           first_request: Callable[[], None] | None = None) -> bool:
+           first_request: Callable[[], None] | None = None,
+           gpu_place: Callable[[], AbstractContextManager[Any]] | None = None) -> bool:
     """Answer the child's lock requests; False if a phase ran out of time. `clock` gets
     the seconds spent in each phase (to see where a candidate's wall time goes). `others`:
     lists every other sandbox's processes, paused while this child is timed.
     `handover`: files the child gets between IDLE and READY if it asks (HOLDOUTS).
     `after_timed`: called once the timed phase ended with DONE (the child's exit to come).
-    `first_request`: called when the child first asks for a GPU phase (or ends)."""
+    `first_request`: called when the child first asks for a GPU phase (or ends).
+    `gpu_place`: entered once the child has asked for a GPU phase, left when its phases
+    end (a batch's cap on sandboxes past their start: VerifyOptions.gpu_places)."""
     t = clock if clock is not None else {}
     mark = time.monotonic()
 
@@ -88,6 +91,18 @@ def phases(proc: subprocess.Popen, ctrl: Control, gates: Gates | None,  # type: 
     if first_request is not None:
         first_request()
     lap("start")  # job read, solution imported, first request
+    asked = (ctrl.shared.is_set() or ctrl.ready.is_set()) and proc.poll() is None
+    with gpu_place() if gpu_place is not None and asked else nullcontext():
+        if gpu_place is not None and asked:
+            lap("gpu_place_wait")  # the batch's GPU places were all taken
+        return _gpu_phases(proc, ctrl, gates, limits, t, lap, others, handover, after_timed)
+
+
+def _gpu_phases(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: ignore[type-arg]
+                limits: Limits, t: dict[str, float], lap: Callable[[str], None],
+                others: Others | None, handover: Handover | None,
+                after_timed: Callable[[], None] | None) -> bool:
+    """The child's GPU phases once it has asked for one: shared, idle, timed (phases)."""
     if ctrl.shared.is_set() and not ctrl.ready.is_set() and proc.poll() is None:
         if not _shared_phase(proc, ctrl, gates, limits.locked_wall_s, limits.wall_s, lap):
             return False

@@ -49,3 +49,14 @@ def test_a_phase_inside_another_candidates_timed_runs_reads_as_stopped() -> None
 
 def test_no_laps_give_no_reading() -> None:
     assert stopped([{"sandbox_batch_s": [0.0, 1.0]}]) == {}
+
+
+def test_gpu_busy_counts_from_the_granted_place_to_the_last_lap() -> None:
+    # one sandbox after another, 4 s each: 1 s start, 1 s waiting for a GPU place,
+    # 1 s shared, then 1 s after its last lap (writing, exiting): on the GPU 1 s of 4
+    rows = [{"batch_s": [4.0 * k, 4.0 * k + 4.0], "sandbox_batch_s": [4.0 * k, 4.0 * k + 4.0],
+             "phase_s": {"start": 1.0, "gpu_place_wait": 1.0, "shared": 1.0}}
+            for k in range(20)]
+    got = occupancy(rows, workers=1)
+    assert got["busy_mid"] == 1.0 and got["gpu_busy_mid"] == 0.25
+    assert stopped(rows)["gpu_place_wait"] == {"mean_s": 1.0, "stopped_s": 0.0}

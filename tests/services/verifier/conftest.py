@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,6 +84,17 @@ def expect_in(expect: str, report: VerifyReport) -> bool:
 # default one ("auto": bwrap+uid here) and the fork server (same isolation as unshare+uid,
 # torch imported once). A cheat must be rejected, and an honest kernel pass, on both.
 BACKENDS = ["auto"] + ([ZYGOTE_MODE] if ZYGOTE_MODE in available_modes("cpu") else [])
+
+
+@pytest.fixture()
+def base() -> Iterator[Path]:
+    """A sandbox's dirs (work, inputs, cache) under /tmp, which sandboxes may reach."""
+    b = Path("/tmp") / f"kzv-test-{uuid.uuid4().hex[:8]}"
+    for d in ("work", "inputs", "cache"):
+        (b / d).mkdir(parents=True)
+    os.chmod(b, 0o711)
+    yield b
+    shutil.rmtree(b, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,6 @@ MODES = sandbox.available_modes("cpu")
 UID_MODES = [m for m in MODES if m.endswith("uid") or m == "uid+rlimits"]
 NS_MODES = [m for m in MODES if m.startswith(("bwrap", "unshare"))]
 REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture()
-def base() -> Iterator[Path]:
-    b = Path("/tmp") / f"kzv-test-{uuid.uuid4().hex[:8]}"
-    for d in ("work", "inputs", "cache"):
-        (b / d).mkdir(parents=True)
-    os.chmod(b, 0o711)
-    yield b
-    shutil.rmtree(b, ignore_errors=True)
 
 
 def run(mode: str, base: Path, code: str, **limits: float) -> sandbox.RunResult:
