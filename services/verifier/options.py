@@ -94,9 +94,9 @@ class VerifyOptions:
     permit_at_done: bool = False
     # sandboxes of a batch past their first GPU request at once (the rest of `workers` may
     # only start: import, build, compile-only warm-up); 0: no cap beyond `workers`. With
-    # workers=16, gpu_places=12 a batch compiles ahead while twelve places run on the GPU
-    # (12 workers kept 11.7-11.8 places busy on an H100; 16 time-sliced the GPU more:
-    # verifier_notes.md, eighteenth session). Unmeasured.
+    # workers=16, gpu_places=12 a batch compiles ahead while twelve run on the GPU: twelve
+    # places were busy 11.7 of 12 on an H100, and 16 uncapped workers made the GPU phases
+    # slower (verifier_notes.md, fifteenth, seventeenth, eighteenth sessions). Unmeasured.
     gpu_places: int = 0
     # runs made again after a CUDA out-of-memory failure, once the device has room: the
     # sandboxes share its memory and have no quota each (gpu_memory.py); 0: none
