@@ -57,11 +57,11 @@ def _prewarm() -> None:
 
 def _reserve_poison() -> None:
     """The poisoning's first block, cached while the slot waits for its job: otherwise a
-    cudaMalloc in the first correctness call, under the shared lock. After KZ-WARM, not
-    before: with it inside the start-up (the only change to a slot's start-up in 1.12),
-    39-48% of an H100 batch's candidates found their slot still starting, against 8-10% on
-    1.11 (seventeenth session; not yet measured since the move). A slot taken at once now
-    waits for it in its start instead; one that waited for its job anyway pays nothing."""
+    cudaMalloc in the first correctness call, under the shared lock. After KZ-WARM: a slot
+    taken at once waits for it in its start, one that waited for its job pays nothing. (It
+    was moved here as the suspect for 1.12's cold starts, 39-48% against 8-10% on 1.11; the
+    move did not bring them back: 73 of 159 warm against 70 before, side by side on an
+    H100, eighteenth session. The cause is still open.)"""
     if torch.cuda.is_initialized():
         try:
             torch.empty(POISON_RESERVE, dtype=torch.uint8, device="cuda")
