@@ -73,7 +73,8 @@ class VerifyOptions:
     # every other sandbox is stopped while one is timed; False leaves a candidate's sandbox
     # running from its job to its first GPU request (import, build, compile-only warm-up:
     # no Triton launch, but its constructor and import may still run torch ops): its compile
-    # is then not stretched by the timed phases (~32% of an H100 batch's wall). Unmeasured.
+    # is then not stretched by the timed phases (~32% of an H100 batch's wall). H100, 207
+    # candidates: 1.02x the rate, timing quality unchanged (one pass; eighteenth session).
     pause_compiling: bool = True
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
@@ -93,10 +94,10 @@ class VerifyOptions:
     # did not move (verifier_notes.md, fifteenth session)
     permit_at_done: bool = False
     # sandboxes of a batch past their first GPU request at once (the rest of `workers` may
-    # only start: import, build, compile-only warm-up); 0: no cap beyond `workers`. With
-    # workers=16, gpu_places=12 a batch compiles ahead while twelve run on the GPU: twelve
-    # places were busy 11.7 of 12 on an H100, and 16 uncapped workers made the GPU phases
-    # slower (verifier_notes.md, fifteenth, seventeenth, eighteenth sessions). Unmeasured.
+    # only start: import, build, compile-only warm-up); 0: no cap beyond `workers`. Off:
+    # on an H100, workers=16 with 12 GPU places gave 0.95x the rate of 12 workers; only
+    # 4-5 sandboxes were ever past their first request, and 16 processes slowed every
+    # phase (verifier_notes.md, eighteenth session)
     gpu_places: int = 0
     # runs made again after a CUDA out-of-memory failure, once the device has room: the
     # sandboxes share its memory and have no quota each (gpu_memory.py); 0: none
