@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.verifier import sandbox
+from services.verifier.gpu_lock import GpuLock
 from services.verifier.permits import Permit, gpu_places_for
 from tests.services.verifier.conftest import CPU_OPTIONS
 from tests.services.verifier.test_sandbox import GATED_CHILD, _gated_process
@@ -62,8 +63,8 @@ def test_a_second_sandbox_waits_for_the_gpu_place_not_for_the_first_ones_exit(
         base: Path) -> None:
     """One GPU place, two sandboxes: the second is granted its shared phase when the
     first's GPU phases end (at DONE), not while they run, and not only at its exit."""
-    gates = _gated_process(_dirs(base, "a"), CALLS_CHILD)[1]
-    procs = [_gated_process(_dirs(base, n), CALLS_CHILD)[0] for n in ("a2", "b")]
+    gates = GpuLock(str(base / "cache"))  # the lock both sandboxes' phases go through
+    procs = [_gated_process(_dirs(base, n), CALLS_CHILD)[0] for n in ("a", "b")]
     gpu = threading.BoundedSemaphore(1)
     permits = [Permit(threading.BoundedSemaphore(1), 0.0, [], gpu) for _ in procs]
     results: list[sandbox.RunResult | None] = [None, None]
