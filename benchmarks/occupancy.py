@@ -82,3 +82,19 @@ def _spans(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
             t += row["phase_s"][name]
     spans["after"] = (t, max(t, end))
     return spans
+
+
+def slot_clock(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Were the pre-started sandboxes ready in time? Medians of each slot's age when its job
+    came (`slot_age`) and of its start-up, from its start to WARM (`slot_startup`, stops
+    during others' timed runs included), for warm and cold starts apart. A cold start came
+    to a slot younger than its start-up."""
+    out: dict[str, Any] = {}
+    for kind, warm in (("warm", True), ("cold", False)):
+        laps = [r["phase_s"] for r in rows if r.get("phase_s") and r.get("warm_start") is warm]
+        for key in ("slot_age", "slot_startup"):
+            xs = [p[key] for p in laps if isinstance(p.get(key), (int, float))]
+            if xs:
+                out[f"{kind}_{key}_s"] = round(statistics.median(xs), 3)
+        out[f"{kind}_n"] = len(laps)
+    return out

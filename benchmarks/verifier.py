@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from benchmarks.occupancy import occupancy, stopped  # noqa: E402
+from benchmarks.occupancy import occupancy, slot_clock, stopped  # noqa: E402
 
 TESTS = REPO / "tests" / "services" / "verifier"
 
@@ -314,6 +314,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "occupancy": occupancy(rows, workers),
             # per phase: mean s of a sandbox run, and of it inside others' timed runs (stopped)
             "stopped": stopped(rows),
+            # the pre-started sandboxes: age at their job, start-up, warm and cold apart
+            "slot_clock": slot_clock(rows),
             "exclusive_s": _exclusive(batch, rows, wall),
             "gpu_memory": _gpu_memory(rows),
             # the GPU lock: its shared-epoch minimum, and seconds closed to new shared steps
@@ -517,6 +519,7 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "occupancy": " ".join(f"{k}={t}" for k, t in (v.get("occupancy") or {}).items()),
             "stopped": " ".join(f"{k}={t['stopped_s']}/{t['mean_s']}"
                                 for k, t in (v.get("stopped") or {}).items()),
+            "slot_clock": " ".join(f"{k}={t}" for k, t in (v.get("slot_clock") or {}).items()),
             "gpu_memory": " ".join(f"{k}={t}" for k, t in (v.get("gpu_memory") or {}).items()
                                    if k != "oom_rerun_labels"),
             "lock": " ".join(f"{k}={t}" for k, t in
@@ -541,7 +544,8 @@ def _pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
 
 PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_batches",
              "first_done_s",
-             "median_cand_s", "warm_starts", "occupancy", "stopped", "gpu_memory", "exclusive",
+             "median_cand_s", "warm_starts", "occupancy", "stopped", "slot_clock", "gpu_memory",
+             "exclusive",
              "lock",
              "holdout", "cpu_busy", "gpu_util", "gpu_mem_mib", "parent", "cpu_s_per_cand",
              "sandbox_cpu", "spread_med",

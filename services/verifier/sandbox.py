@@ -162,6 +162,7 @@ class Process:
     def __init__(self, mode: str, view: M.View, argv: list[str], env: dict[str, str],
                  limits: Limits, base: Path) -> None:
         self.view, self.limits = view, limits
+        self.started_at = time.monotonic()  # for the slot's clock (finish: diagnostics)
         self.uid = (U.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits"
                     else os.getuid())
         self.cg = cgroups.create(f"c-{uuid.uuid4().hex[:12]}", limits.nproc,
@@ -268,6 +269,7 @@ class Process:
         timed_out, warm, uid = False, self.warm, self.uid
         clock: dict[str, float] = {}
         unpaused = () if pause_compiling else self._keys()
+        clock["slot_age"] = round(t0 - self.started_at, 3)  # its start to its job
         try:
             UNPAUSED.add(unpaused)
             S.send(self.proc, stdin_data)
@@ -287,6 +289,8 @@ class Process:
             notes = self.cg.events() if self.cg else []
             self._teardown()
             clock["teardown"] = round(time.monotonic() - t1, 3)
+            if self.ctrl.warm_at is not None:  # its start to WARM: start-up, waits included
+                clock["slot_startup"] = round(self.ctrl.warm_at - self.started_at, 3)
         res = RunResult(None if timed_out else self.proc.returncode, timed_out,
                         time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
                         self.isolation, self.ctrl.ready.is_set(), phase_s=clock,

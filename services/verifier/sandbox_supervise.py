@@ -278,6 +278,7 @@ class Control(threading.Thread):
         self.idle, self.published = threading.Event(), threading.Event()
         self.paused = threading.Event()  # re-armed by the parent, as YIELD
         self.holdouts = threading.Event()  # answered once, between IDLE and READY
+        self.warm_at: float | None = None  # monotonic time WARM arrived (diagnostics)
 
     def run(self) -> None:
         flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
@@ -288,6 +289,8 @@ class Control(threading.Thread):
             for line in iter(f.readline, b""):
                 word = line.strip().decode("ascii", "replace")
                 if word in signals:
+                    if word == WARM and self.warm_at is None:
+                        self.warm_at = time.monotonic()
                     signals[word].set()
                     continue
                 flag = flags.get(word)

@@ -1,4 +1,4 @@
-from benchmarks.occupancy import occupancy, stopped
+from benchmarks.occupancy import occupancy, slot_clock, stopped
 
 
 def _row(start: float, end: float, sandboxed: bool = True) -> dict:
@@ -60,3 +60,13 @@ def test_gpu_busy_counts_from_the_granted_place_to_the_last_lap() -> None:
     got = occupancy(rows, workers=1)
     assert got["busy_mid"] == 1.0 and got["gpu_busy_mid"] == 0.25
     assert stopped(rows)["gpu_place_wait"] == {"mean_s": 1.0, "stopped_s": 0.0}
+
+
+def test_the_slot_clock_splits_warm_and_cold_starts() -> None:
+    rows = [{"warm_start": True, "phase_s": {"slot_age": 9.0, "slot_startup": 4.0}},
+            {"warm_start": True, "phase_s": {"slot_age": 11.0, "slot_startup": 6.0}},
+            {"warm_start": False, "phase_s": {"slot_age": 2.0, "slot_startup": 5.0}},
+            {"warm_start": None, "phase_s": {}}]  # a static reject: no sandbox
+    assert slot_clock(rows) == {"warm_slot_age_s": 10.0, "warm_slot_startup_s": 5.0,
+                                "warm_n": 2, "cold_slot_age_s": 2.0,
+                                "cold_slot_startup_s": 5.0, "cold_n": 1}

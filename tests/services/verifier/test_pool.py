@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -201,3 +202,30 @@ def test_sandbox_modules_import_by_their_sandbox_names_alone(files: dict[str, st
     res = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+# A slot's harness: 0.5 s of trusted start-up, then WARM, then its job
+WARMING_CHILD = r"""
+import os, sys, time
+ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
+time.sleep(0.5)
+ctrl.write("KZ-WARM\n")
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("job_after_s", [1.2, 0.0], ids=["warm", "cold"])
+def test_the_slot_clock_reads_its_age_and_its_start_up(base: Path, job_after_s: float) -> None:
+    """The parent's own clock of a pre-started sandbox (never the child's word): its age
+    when the job came and its start-up to WARM, so a batch can tell slots taken too young
+    (cold starts) from slow start-ups."""
+    from tests.services.verifier.test_sandbox import _gated_process
+
+    proc, gates = _gated_process(base, WARMING_CHILD)
+    time.sleep(job_after_s)
+    res = proc.finish(b"{}\n", gates)
+    assert not res.timed_out and res.returncode == 0, res.describe()
+    age, startup = res.phase_s["slot_age"], res.phase_s["slot_startup"]
+    assert res.warm_start is (job_after_s > 0)
+    assert job_after_s <= age < job_after_s + 0.4, res.phase_s
+    assert 0.5 <= startup < 2.0, res.phase_s
