@@ -25,8 +25,7 @@ def occupancy(rows: Sequence[dict[str, Any]], workers: int) -> dict[str, Any]:
     overlap = sum(max(0.0, min(b, hi) - max(a, lo)) for pairs in runs for a, b in pairs)
     mean_s = statistics.fmean(sum(b - a for a, b in pairs) for pairs in runs)
     share = len(runs) / len(rows)
-    gpu = [_gpu_span(r) for r in rows if len(r.get("sandbox_batch_s") or ()) == 2
-           and r.get("phase_s")]
+    gpu = [_gpu_span(r) for r in _laps_of_one_run(rows)]
     on_gpu = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in gpu if b > a)
     return {"sandboxed": len(runs), "sandboxed_share": round(share, 3),
             "mean_sandbox_s": round(mean_s, 3),
@@ -48,8 +47,7 @@ def stopped(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mean length. A lower bound: the bundles' timed baselines stop them too, and their clock
     is not in a verdict. Read from `sandbox_batch_s` and the laps in `phase_s` (candidates
     run once only); `after`: from the last lap to the sandbox's end (writing outputs)."""
-    spans = [_spans(r) for r in rows
-             if len(r.get("sandbox_batch_s") or ()) == 2 and r.get("phase_s")]
+    spans = [_spans(r) for r in _laps_of_one_run(rows)]
     if not spans:
         return {}
     timed = [s["exclusive"] for s in spans if "exclusive" in s]
@@ -63,6 +61,12 @@ def stopped(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                              sum(max(0.0, min(b, y) - max(a, x)) for x, y in others)
                              for (a, b), others in own), 3)}
     return out
+
+
+def _laps_of_one_run(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose laps place them in the batch's clock: one sandbox run (a rerun's laps
+    are its last run's only) with its laps."""
+    return [r for r in rows if len(r.get("sandbox_batch_s") or ()) == 2 and r.get("phase_s")]
 
 
 def _gpu_span(row: dict[str, Any]) -> tuple[float, float]:
