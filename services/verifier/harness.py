@@ -202,8 +202,10 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     if held and not _gate("KZ-HOLDOUTS"):
         return
     _mark("timing_inputs_ask", part)
-    sets += [[_pinned(x) for x in _read(f, loaded)] for f in held]
-    _mark("timing_inputs_holdouts", part)
+    raw = [_read(f, loaded) for f in held]
+    _mark("timing_inputs_holdouts_load", part)
+    sets += [[_pinned(x) for x in s] for s in raw]
+    _mark("timing_inputs_holdouts_pin", part)
     args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
     n = len(spec["files"])  # the rest are holdouts: new contents, each run once, last
