@@ -76,6 +76,11 @@ class VerifyOptions:
     # is then not stretched by the timed phases (~32% of an H100 batch's wall). H100, 207
     # candidates: 1.02x the rate, timing quality unchanged (one pass; eighteenth session).
     pause_compiling: bool = True
+    # False leaves a pre-started sandbox running through other sandboxes' timed phases until
+    # its job comes (only trusted start-up runs then: imports, the CUDA context): paused, it
+    # starts only in the ~42% of an H100 batch's wall that no timed phase holds, and 60% of
+    # the candidates found their sandbox still starting (verifier_notes.md, eighteenth session)
+    pause_starting: bool = True
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
     # server 8 builders gave 61.5 vs 56.2/min in one call and 52.6 vs 57.8 in the next: noise;

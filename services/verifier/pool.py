@@ -82,7 +82,8 @@ class Slot:
                                 options.fsize_mb << 20, options.timing_timeout_s,
                                 options.locked_timeout_s)
         try:
-            self.process = sandbox.Process(mode, view, argv, env, limits, base)
+            self.process = sandbox.Process(mode, view, argv, env, limits, base,
+                                           options.pause_starting)
         except BaseException:
             shutil.rmtree(self.root, ignore_errors=True)
             raise

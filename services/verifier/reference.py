@@ -182,7 +182,8 @@ class RefSlot:
         argv = [sys.executable, "-I", "-B", "-u", f"{self.inside.work}/reference_worker.py"]
         env = W.env_for(options.device, self.inside, interpret=False)
         try:
-            self.process = sandbox.Process(mode, view, argv, env, limits, base)
+            self.process = sandbox.Process(mode, view, argv, env, limits, base,
+                                           options.pause_starting)
         except BaseException:
             self.close()
             raise

@@ -32,7 +32,7 @@ from services.verifier import sandbox_command as C
 from services.verifier import sandbox_mounts as M
 from services.verifier import sandbox_supervise as S
 from services.verifier import sandbox_uids as U
-from services.verifier.quiet import UNPAUSED
+from services.verifier.quiet import QUIET, UNPAUSED
 from services.verifier.sandbox_supervise import (  # noqa: F401  re-exported for callers
     DONE, READY, SHARED, WARM, Gates, Handover)
 from services.verifier.sandbox_uids import UID_BASE, live_uid_processes  # noqa: F401
@@ -160,7 +160,9 @@ class Process:
     """
 
     def __init__(self, mode: str, view: M.View, argv: list[str], env: dict[str, str],
-                 limits: Limits, base: Path) -> None:
+                 limits: Limits, base: Path, pause_starting: bool = True) -> None:
+        """`pause_starting` False: other sandboxes' timed phases leave this one running
+        until its job (VerifyOptions.pause_starting)."""
         self.view, self.limits = view, limits
         self.started_at = time.monotonic()  # for the slot's clock (finish: diagnostics)
         self.uid = (U.UIDS.acquire() if mode.endswith("uid") or mode == "uid+rlimits"
@@ -169,6 +171,8 @@ class Process:
                                  limits.memory_bytes) if os.geteuid() == 0 else None
         self.isolation = mode + ("+cgroup" if self.cg else "")
         self._done = False
+        self._starting = () if pause_starting else self._keys()  # left running until its job
+        UNPAUSED.add(self._starting)
         try:
             self.own()
             env = {**env, "PATH": SAFE_PATH}  # launcher tools live in sbin (chroot)
@@ -183,6 +187,7 @@ class Process:
                     self.isolation = mode + ("+cgroup" if self.cg else "")
             self._start(C.command(mode, view, argv, self.uid, self.cg, base, limits), env)
         except BaseException:
+            UNPAUSED.remove(self._starting)
             self._teardown()
             raise
 
@@ -271,6 +276,7 @@ class Process:
         unpaused = () if pause_compiling else self._keys()
         clock["slot_age"] = round(t0 - self.started_at, 3)  # its start to its job
         try:
+            self._job_comes(paused=pause_compiling)
             UNPAUSED.add(unpaused)
             S.send(self.proc, stdin_data)
             timed_out = not S.phases(self.proc, self.ctrl, gates, self.limits, clock,
@@ -309,6 +315,16 @@ class Process:
             return lambda: cgroups.other_procs(cg, UNPAUSED.keys())
         return S.others_by_uid(self.uid, UNPAUSED.keys)
 
+    def _job_comes(self, paused: bool) -> None:
+        """A sandbox left running while it started is listed with the others from now on;
+        if it is to be `paused`, a timed phase under way, which never listed it, ends
+        before its job goes in."""
+        if self._starting:
+            UNPAUSED.remove(self._starting)
+            self._starting = ()
+            if paused:
+                QUIET.wait()
+
     def _keys(self) -> tuple[int | str, ...]:
         """How the listers of the others know this sandbox: its uid, its cgroup's name."""
         if self.uid < U.UID_BASE:
@@ -319,6 +335,7 @@ class Process:
         """Kill an unused process and free its uid and cgroup."""
         if not self._done:
             self._done = True
+            UNPAUSED.remove(self._starting)
             self._stop()
             self._teardown()
 

@@ -78,6 +78,20 @@ def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) 
     assert oct(private.stat().st_mode & 0o777) == "0o700"  # nothing widened the caller's dir
 
 
+def test_a_batch_whose_sandboxes_start_unpaused_leaves_none_unpaused(tmp_path: Path) -> None:
+    """VerifyOptions.pause_starting False, through the pool (candidate slots and reference
+    workers): verdicts as usual, and once the batch is over no sandbox is left out of the
+    others a timed phase stops (their keys leave UNPAUSED at the job or the discard)."""
+    from services.verifier.quiet import UNPAUSED
+
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"), pause_starting=False)
+    src = (SOLUTIONS / "add_ok.py").read_text()
+    items = [(problem_src("add"), f"{src}\n# candidate {k}\n") for k in range(3)]
+    reports = verify_many(items, options, workers=2)
+    assert all(r.passed for r in reports), [r.reasons for r in reports]
+    assert not UNPAUSED.keys()
+
+
 @pytest.mark.parametrize("early", [False, True], ids=["permit_at_exit", "permit_at_done"])
 def test_a_batch_starts_the_next_sandbox_while_it_judges_the_last(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early: bool) -> None:

@@ -238,6 +238,33 @@ def test_candidates_die_with_a_killed_verifier(mode: str, base: Path) -> None:
         time.sleep(0.05)
 
 
+def _spinning(base: Path, name: str, mode: str, pause_starting: bool = True
+              ) -> sandbox.Process:
+    """A sandboxed busy loop in its own dirs (a slot's dirs belong to its uid)."""
+    lim = sandbox.Limits(wall_s=60, cpu_s=60, memory_bytes=4 << 30, nproc=64,
+                         fsize_bytes=1 << 20)
+    for d in ("work", "inputs", "cache"):
+        (base / name / d).mkdir(parents=True)
+    os.chmod(base / name, 0o711)
+    view = M.View(*(str(base / name / d) for d in ("work", "inputs", "cache")), "cpu")
+    spin = [sys.executable, "-I", "-c", "while True: pass"]
+    return sandbox.Process(mode, view, spin, {}, lim, base, pause_starting)
+
+
+def _running(*procs: sandbox.Process) -> None:
+    deadline = time.monotonic() + 20
+    while not all(sandbox.live_uid_processes(p.uid, p.uid + 1) for p in procs):
+        assert time.monotonic() < deadline, "sandboxes did not start"
+        time.sleep(0.05)
+
+
+def _stopped(uid: int) -> None:
+    stop_by = time.monotonic() + 2  # SIGSTOP lands when the target is next scheduled
+    while _states(uid) != {"T"}:
+        assert time.monotonic() < stop_by, f"not stopped: {_states(uid)}"
+        time.sleep(0.01)
+
+
 def _states(uid: int) -> set[str]:
     out = set()
     for pid in sandbox.live_uid_processes(uid, uid + 1):
@@ -254,34 +281,16 @@ def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, by: str, base:
     """The timing phase stops every other sandbox process (no CPU or GPU work of theirs
     lands inside a measurement) and resumes them after, also when the phase fails. The
     others are found by their cgroups where sandboxes have them, else by uid."""
-    lim = sandbox.Limits(wall_s=60, cpu_s=60, memory_bytes=4 << 30, nproc=64,
-                         fsize_bytes=1 << 20)
-    spin = [sys.executable, "-I", "-c", "while True: pass"]
-
-    def start(name: str) -> sandbox.Process:  # own dirs: a slot's dirs belong to its uid
-        for d in ("work", "inputs", "cache"):
-            (base / name / d).mkdir(parents=True)
-        os.chmod(base / name, 0o711)
-        view = M.View(*(str(base / name / d) for d in ("work", "inputs", "cache")), "cpu")
-        return sandbox.Process(mode, view, spin, {}, lim, base)
-
-    timed, other = start("a"), start("b")
+    timed, other = _spinning(base, "a", mode), _spinning(base, "b", mode)
     try:
-        deadline = time.monotonic() + 20
-        while not (sandbox.live_uid_processes(timed.uid, timed.uid + 1)
-                   and sandbox.live_uid_processes(other.uid, other.uid + 1)):
-            assert time.monotonic() < deadline, "sandboxes did not start"
-            time.sleep(0.05)
+        _running(timed, other)
         if by == "cgroup" and timed.cg is None:
             pytest.skip("no cgroups for sandboxes on this host")
         others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(timed.uid)
         assert others is not None
         with pytest.raises(RuntimeError), sandbox.S.others_paused(others) as info:
             assert info["stopped"] >= 1
-            stop_by = time.monotonic() + 2  # SIGSTOP lands when the target is next scheduled
-            while _states(other.uid) != {"T"}:
-                assert time.monotonic() < stop_by, f"not stopped: {_states(other.uid)}"
-                time.sleep(0.01)
+            _stopped(other.uid)
             assert "T" not in _states(timed.uid)
             raise RuntimeError("a failing timed phase")
         go_by = time.monotonic() + 2
@@ -302,25 +311,10 @@ def test_a_sandbox_marked_unpaused_keeps_running_while_another_is_timed(
     the rest are stopped as before."""
     from services.verifier.quiet import UNPAUSED
 
-    lim = sandbox.Limits(wall_s=60, cpu_s=60, memory_bytes=4 << 30, nproc=64,
-                         fsize_bytes=1 << 20)
-    spin = [sys.executable, "-I", "-c", "while True: pass"]
-
-    def start(name: str) -> sandbox.Process:
-        for d in ("work", "inputs", "cache"):
-            (base / name / d).mkdir(parents=True)
-        os.chmod(base / name, 0o711)
-        view = M.View(*(str(base / name / d) for d in ("work", "inputs", "cache")), "cpu")
-        return sandbox.Process(mode, view, spin, {}, lim, base)
-
-    timed, other, compiling = start("a"), start("b"), start("c")
+    timed, other, compiling = (_spinning(base, n, mode) for n in "abc")
     keys = compiling._keys()
     try:
-        deadline = time.monotonic() + 20
-        while not all(sandbox.live_uid_processes(p.uid, p.uid + 1)
-                      for p in (timed, other, compiling)):
-            assert time.monotonic() < deadline, "sandboxes did not start"
-            time.sleep(0.05)
+        _running(timed, other, compiling)
         if by == "cgroup" and timed.cg is None:
             pytest.skip("no cgroups for sandboxes on this host")
         others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(
@@ -338,6 +332,40 @@ def test_a_sandbox_marked_unpaused_keeps_running_while_another_is_timed(
     finally:
         UNPAUSED.remove(keys)
         for p in (timed, other, compiling):
+            p.discard()
+
+
+@pytest.mark.parametrize("mode", UID_MODES[:1])
+@pytest.mark.parametrize("by", ["uid", "cgroup"])
+def test_a_sandbox_started_unpaused_runs_until_its_job(mode: str, by: str, base: Path) -> None:
+    """VerifyOptions.pause_starting False: a pre-started sandbox keeps running through
+    another's timed phase while it starts; from its job on it is paused like the others,
+    and one discarded without a job leaves nothing in UNPAUSED."""
+    from services.verifier.quiet import UNPAUSED
+
+    timed = _spinning(base, "a", mode)
+    starting, spare = (_spinning(base, n, mode, pause_starting=False) for n in "bc")
+    try:
+        _running(timed, starting, spare)
+        if by == "cgroup" and timed.cg is None:
+            pytest.skip("no cgroups for sandboxes on this host")
+        others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(
+            timed.uid, UNPAUSED.keys)
+        assert others is not None
+        assert starting.uid in UNPAUSED.keys()
+        with sandbox.S.others_paused(others):
+            time.sleep(0.2)
+            assert "T" not in _states(starting.uid)
+        starting._job_comes(paused=True)  # as finish() does before sending the job
+        assert starting.uid not in UNPAUSED.keys()
+        with sandbox.S.others_paused(others):
+            _stopped(starting.uid)
+        spare_keys = spare._keys()
+        assert set(spare_keys) <= UNPAUSED.keys()
+        spare.discard()
+        assert not set(spare_keys) & UNPAUSED.keys()
+    finally:
+        for p in (timed, starting, spare):
             p.discard()
 
 
