@@ -411,4 +411,5 @@ if __name__ == "__main__":
                                             + traceback.format_exc()[-400:]])
         _write_report()
     sys.stdout.flush()
+    _CTRL.write("KZ-SAVED\n")  # the parent clocks the process's end from here (diagnostics)
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks / __del__ cannot run

@@ -285,7 +285,8 @@ class Process:
             t1 = time.monotonic()
             if not timed_out:
                 self.proc.wait(timeout=60)  # writing results after the locked phases
-            clock["exit"] = round(time.monotonic() - t1, 3)  # diagnostics, as the laps
+            ended = time.monotonic()
+            clock["exit"] = round(ended - t1, 3)  # diagnostics, as the laps
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
@@ -297,6 +298,10 @@ class Process:
             clock["teardown"] = round(time.monotonic() - t1, 3)
             if self.ctrl.warm_at is not None:  # its start to WARM: start-up, waits included
                 clock["slot_startup"] = round(self.ctrl.warm_at - self.started_at, 3)
+            if "exit" in clock and self.ctrl.saved_at is not None:
+                # its last word to its end: the process's own exit (its CUDA context's
+                # teardown, its files closed), nothing of the harness's left to run
+                clock["exit_dying"] = round(ended - self.ctrl.saved_at, 3)
         res = RunResult(None if timed_out else self.proc.returncode, timed_out,
                         time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
                         self.isolation, self.ctrl.ready.is_set(), phase_s=clock,

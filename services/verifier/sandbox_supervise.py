@@ -42,6 +42,7 @@ PAUSE = "KZ-PAUSE"
 # its inputs dir only now, after its correctness calls, and go again at READY, before its
 # timed runs: a candidate cannot read them early and precompute their outputs.
 HOLDOUTS = "KZ-HOLDOUTS"
+SAVED = "KZ-SAVED"  # the harness's last word before its exit (diagnostics: the exit's clock)
 Others = Callable[[], list[int]]  # lists the processes to pause while a child is timed
 
 
@@ -279,18 +280,22 @@ class Control(threading.Thread):
         self.paused = threading.Event()  # re-armed by the parent, as YIELD
         self.holdouts = threading.Event()  # answered once, between IDLE and READY
         self.warm_at: float | None = None  # monotonic time WARM arrived (diagnostics)
+        self.saved_at: float | None = None  # ... and SAVED
 
     def run(self) -> None:
         flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
                  IDLE: self.idle, PAUSE: self.paused}
         # news and the holdouts request: not lock requests
-        signals = {WARM: self.warm, PUBLISH: self.published, HOLDOUTS: self.holdouts}
+        signals = {WARM: self.warm, PUBLISH: self.published, HOLDOUTS: self.holdouts,
+                   SAVED: threading.Event()}
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
                 word = line.strip().decode("ascii", "replace")
                 if word in signals:
                     if word == WARM and self.warm_at is None:
                         self.warm_at = time.monotonic()
+                    elif word == SAVED and self.saved_at is None:
+                        self.saved_at = time.monotonic()
                     signals[word].set()
                     continue
                 flag = flags.get(word)

@@ -218,13 +218,16 @@ def test_sandbox_modules_import_by_their_sandbox_names_alone(files: dict[str, st
     assert res.returncode == 0, res.stderr[-2000:]
 
 
-# A slot's harness: 0.5 s of trusted start-up, then WARM, then its job
+# A slot's harness: 0.5 s of trusted start-up, then WARM, then its job; its last word
+# SAVED comes 0.4 s before its end (as a CUDA context's teardown would take)
 WARMING_CHILD = r"""
 import os, sys, time
 ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
 time.sleep(0.5)
 ctrl.write("KZ-WARM\n")
 sys.stdin.readline()
+ctrl.write("KZ-SAVED\n")
+time.sleep(0.4)
 """
 
 
@@ -232,7 +235,7 @@ sys.stdin.readline()
 def test_the_slot_clock_reads_its_age_and_its_start_up(base: Path, job_after_s: float) -> None:
     """The parent's own clock of a pre-started sandbox (never the child's word): its age
     when the job came and its start-up to WARM, so a batch can tell slots taken too young
-    (cold starts) from slow start-ups."""
+    (cold starts) from slow start-ups; and its exit from its last word on (`exit_dying`)."""
     from tests.services.verifier.test_sandbox import _gated_process
 
     proc, gates = _gated_process(base, WARMING_CHILD)
@@ -243,3 +246,4 @@ def test_the_slot_clock_reads_its_age_and_its_start_up(base: Path, job_after_s: 
     assert res.warm_start is (job_after_s > 0)
     assert job_after_s <= age < job_after_s + 0.4, res.phase_s
     assert 0.5 <= startup < 2.0, res.phase_s
+    assert 0.4 <= res.phase_s["exit_dying"] < 1.0, res.phase_s
