@@ -258,6 +258,18 @@ def _running(*procs: sandbox.Process) -> None:
         time.sleep(0.05)
 
 
+def _others_of(timed: sandbox.Process, by: str) -> sandbox.S.Others:
+    """What `timed` pauses, listed by cgroup or by uid (UNPAUSED's keys left out)."""
+    from services.verifier.quiet import UNPAUSED
+
+    if by == "cgroup" and timed.cg is None:
+        pytest.skip("no cgroups for sandboxes on this host")
+    others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(
+        timed.uid, UNPAUSED.keys)
+    assert others is not None
+    return others
+
+
 def _stopped(uid: int) -> None:
     stop_by = time.monotonic() + 2  # SIGSTOP lands when the target is next scheduled
     while _states(uid) != {"T"}:
@@ -315,17 +327,10 @@ def test_a_sandbox_marked_unpaused_keeps_running_while_another_is_timed(
     keys = compiling._keys()
     try:
         _running(timed, other, compiling)
-        if by == "cgroup" and timed.cg is None:
-            pytest.skip("no cgroups for sandboxes on this host")
-        others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(
-            timed.uid, UNPAUSED.keys)
-        assert others is not None
+        others = _others_of(timed, by)
         UNPAUSED.add(keys)
         with sandbox.S.others_paused(others):
-            stop_by = time.monotonic() + 2
-            while _states(other.uid) != {"T"}:
-                assert time.monotonic() < stop_by, f"not stopped: {_states(other.uid)}"
-                time.sleep(0.01)
+            _stopped(other.uid)
             assert "T" not in _states(compiling.uid)
         UNPAUSED.remove(keys)
         assert compiling.uid not in UNPAUSED.keys()
@@ -347,11 +352,7 @@ def test_a_sandbox_started_unpaused_runs_until_its_job(mode: str, by: str, base:
     starting, spare = (_spinning(base, n, mode, pause_starting=False) for n in "bc")
     try:
         _running(timed, starting, spare)
-        if by == "cgroup" and timed.cg is None:
-            pytest.skip("no cgroups for sandboxes on this host")
-        others = timed._others() if by == "cgroup" else sandbox.S.others_by_uid(
-            timed.uid, UNPAUSED.keys)
-        assert others is not None
+        others = _others_of(timed, by)
         assert starting.uid in UNPAUSED.keys()
         with sandbox.S.others_paused(others):
             time.sleep(0.2)
