@@ -296,12 +296,13 @@ class Process:
             notes = self.cg.events() if self.cg else []
             self._teardown()
             clock["teardown"] = round(time.monotonic() - t1, 3)
-            if self.ctrl.warm_at is not None:  # its start to WARM: start-up, waits included
-                clock["slot_startup"] = round(self.ctrl.warm_at - self.started_at, 3)
-            if "exit" in clock and self.ctrl.saved_at is not None:
+            heard = self.ctrl.heard_at
+            if WARM in heard:  # its start to WARM: start-up, waits included
+                clock["slot_startup"] = round(heard[WARM] - self.started_at, 3)
+            if "exit" in clock and S.SAVED in heard:
                 # its last word to its end: the process's own exit (its CUDA context's
                 # teardown, its files closed), nothing of the harness's left to run
-                clock["exit_dying"] = round(ended - self.ctrl.saved_at, 3)
+                clock["exit_dying"] = round(ended - heard[S.SAVED], 3)
         res = RunResult(None if timed_out else self.proc.returncode, timed_out,
                         time.monotonic() - t0, self.out.tail(), S.tail_file(self.err_path),
                         self.isolation, self.ctrl.ready.is_set(), phase_s=clock,

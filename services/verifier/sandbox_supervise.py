@@ -279,23 +279,20 @@ class Control(threading.Thread):
         self.idle, self.published = threading.Event(), threading.Event()
         self.paused = threading.Event()  # re-armed by the parent, as YIELD
         self.holdouts = threading.Event()  # answered once, between IDLE and READY
-        self.warm_at: float | None = None  # monotonic time WARM arrived (diagnostics)
-        self.saved_at: float | None = None  # ... and SAVED
+        self.saved = threading.Event()  # the harness's last word: its exit comes next
+        self.heard_at: dict[str, float] = {}  # monotonic time each news word first came
 
     def run(self) -> None:
         flags = {SHARED: self.shared, READY: self.ready, DONE: self.done, YIELD: self.yielded,
                  IDLE: self.idle, PAUSE: self.paused}
         # news and the holdouts request: not lock requests
         signals = {WARM: self.warm, PUBLISH: self.published, HOLDOUTS: self.holdouts,
-                   SAVED: threading.Event()}
+                   SAVED: self.saved}
         with os.fdopen(self.fd, "rb") as f:
             for line in iter(f.readline, b""):
                 word = line.strip().decode("ascii", "replace")
                 if word in signals:
-                    if word == WARM and self.warm_at is None:
-                        self.warm_at = time.monotonic()
-                    elif word == SAVED and self.saved_at is None:
-                        self.saved_at = time.monotonic()
+                    self.heard_at.setdefault(word, time.monotonic())  # diagnostics
                     signals[word].set()
                     continue
                 flag = flags.get(word)
