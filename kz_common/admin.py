@@ -58,13 +58,21 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes
+    timestamp: int = 0  # ms since the epoch, as the broker stamped it
 
 
 def scan(
     bootstrap: str, *topics: str, partitions: set[int] | None = None,
-    idle_s: float = 0.3, max_s: float = 300.0,
+    start: dict[tuple[str, int], int] | None = None, max_s: float = 300.0,
 ) -> Iterator[Record]:
-    """Every record of `topics` (optionally only some partitions) from the beginning to the end."""
+    """Every record of `topics` (optionally only some partitions) up to the end the scan first sees.
+
+    `start` maps (topic, partition) to a first offset (default: the beginning). The end of a
+    partition is the high watermark of its first Fetch answer, so records written during the scan
+    (e.g. a replay into the topic it reads) are not chased. A partition with no answer yet is never
+    taken for empty: an empty partition answers too (watermark 0), so the scan waits for every
+    answer and raises BrokerUnavailable after `max_s` instead of returning a silently short log.
+    """
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
         auto_offset_reset="earliest", request_timeout_ms=10_000, fetch_max_wait_ms=20,
@@ -81,29 +89,30 @@ def scan(
             return
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
-        yield from _drain(consumer, tps, idle_s, max_s)
+        for tp in tps:
+            if start and start.get((tp.topic, tp.partition), 0) > 0:
+                consumer.seek(tp, start[(tp.topic, tp.partition)])
+        yield from _drain(consumer, tps, max_s)
     finally:
         consumer.close()
 
 
-def _drain(consumer: KafkaConsumer, tps: list[TopicPartition], idle_s: float, max_s: float) -> Iterator[Record]:
+def _drain(consumer: KafkaConsumer, tps: list[TopicPartition], max_s: float) -> Iterator[Record]:
     ends: dict[TopicPartition, int] = {}
     deadline = time.monotonic() + max_s
-    last_progress = time.monotonic()
     while time.monotonic() < deadline:
         batch = consumer.poll(timeout_ms=100)
         for tp, records in batch.items():
             for r in records:
-                yield Record(r.topic, r.partition, r.offset, r.key, r.value)
-            last_progress = time.monotonic()
+                if r.offset < ends.get(tp, r.offset + 1):
+                    yield Record(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
         for tp in tps:
             hw = consumer.highwater(tp)
             if hw is not None and tp not in ends:
                 ends[tp] = hw
         if len(ends) == len(tps) and all(consumer.position(tp) >= ends[tp] for tp in tps):
             return
-        if not batch and time.monotonic() - last_progress > idle_s and len(ends) < len(tps):
-            # A partition that never reported a watermark has had no fetch answer: empty.
-            if all(consumer.position(tp) >= ends.get(tp, 0) for tp in tps):
-                return
-    raise BrokerUnavailable(f"scan of {tps[0].topic}... did not reach the end within {max_s:.0f} s")
+    missing = sorted(f"{tp.topic}[{tp.partition}]" for tp in tps if tp not in ends)
+    raise BrokerUnavailable(
+        f"scan of {tps[0].topic}... did not reach the end within {max_s:.0f} s"
+        + (f"; no Fetch answer at all for {', '.join(missing)}" if missing else ""))

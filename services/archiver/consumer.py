@@ -51,7 +51,7 @@ class _FlushOnRevoke(ConsumerRebalanceListener):
         self.archiver.flush()
 
     def on_partitions_assigned(self, assigned: object) -> None:
-        self.archiver.assigned_at = time.monotonic()  # "no data yet" is measured from here
+        pass  # a new member reads from the committed offsets; nothing to prepare
 
 
 class Archiver:
@@ -68,7 +68,6 @@ class Archiver:
         self._next: dict[TopicPartition, int] = {}  # offsets to commit once _rows are on disk
         self._first_buffered = 0.0
         self._consumer: KafkaConsumer | None = None
-        self.assigned_at = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -79,15 +78,12 @@ class Archiver:
             self._seen.add(key)
         self._consumer = self._connect()
         deadline = time.monotonic() + max_s
-        idle_since = time.monotonic()
         try:
             while not (stop is not None and stop.is_set()):
                 got = self._poll()
-                idle_since = time.monotonic() if got else idle_since
                 if self._due() or (until_caught_up and not got):
                     self.flush()
-                quiet_s = time.monotonic() - max(idle_since, self.assigned_at)
-                if until_caught_up and self._caught_up(quiet_s):
+                if until_caught_up and self._caught_up():
                     break
                 if until_caught_up and time.monotonic() > deadline:
                     raise BrokerUnavailable(f"archiver did not catch up within {max_s:.0f} s")
@@ -158,19 +154,19 @@ class Archiver:
             self._consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
         self._first_buffered = time.monotonic()
 
-    def _caught_up(self, idle_s: float) -> bool:
-        """Every assigned partition read to its high watermark (and everything flushed)."""
+    def _caught_up(self) -> bool:
+        """Every assigned partition read to its high watermark (and everything flushed).
+
+        A partition with no Fetch answer yet is not caught up: an empty one answers too
+        (watermark 0), and a slow first answer on a busy host must not end the run early.
+        """
         assert self._consumer is not None
         assigned = self._consumer.assignment()
         if not assigned or self._rows or self._next:
             return False
         for tp in assigned:
             hw = self._consumer.highwater(tp)
-            if hw is None:
-                if idle_s < 1.0:  # no fetch answer yet: give it a moment, then it is empty
-                    return False
-                continue
-            if self._consumer.position(tp) < hw:
+            if hw is None or self._consumer.position(tp) < hw:
                 return False
         return True
 

@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 import duckdb
 import orjson
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from kz_common.admin import create_topics, scan
+from kz_common.admin import Record, create_topics, list_topics, scan
 from kz_common.config import Settings
 from kz_common.exceptions import BrokerUnavailable
 from kz_common.topics import physical
@@ -96,46 +96,25 @@ def _broker_docs(settings: Settings, bootstrap: str, topic: str, from_offsets: d
                  since: datetime | None, until: datetime | None) -> Iterator[dict[str, Any] | None]:
     since_ms, until_ms = _ms(since), _ms(until)
     for rec in _scan_from(bootstrap, physical(settings.kafka, topic), from_offsets):
-        ts = rec.get("timestamp") or 0
+        ts = rec.timestamp
         if (since_ms is not None and ts < since_ms) or (until_ms is not None and ts >= until_ms):
             yield None
             continue
         try:
-            doc = orjson.loads(rec["value"])
+            doc = orjson.loads(rec.value)
         except orjson.JSONDecodeError:
             doc = None
         yield doc if isinstance(doc, dict) else None
 
 
-def _scan_from(bootstrap: str, topic: str, from_offsets: dict[int, int]) -> Iterator[dict[str, Any]]:
+def _scan_from(bootstrap: str, topic: str, from_offsets: dict[int, int]) -> Iterator[Record]:
     """Records of `topic` from per-partition start offsets (default 0) to the high watermark."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", fetch_max_wait_ms=20, request_timeout_ms=10_000)
-    try:
-        parts = sorted(consumer.partitions_for_topic(topic) or ())
-        unknown = set(from_offsets) - set(parts)
-        if unknown:
-            raise ReplayError(f"{topic} has no partition(s) {sorted(unknown)}; it has {parts}")
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, max(0, from_offsets.get(tp.partition, 0)))
-        yield from _drain(consumer, tps)
-    finally:
-        consumer.close()
-
-
-def _drain(consumer: KafkaConsumer, tps: list[TopicPartition], max_idle_polls: int = 10) -> Iterator[dict]:
-    idle = 0
-    while idle < max_idle_polls:
-        batch = consumer.poll(timeout_ms=100)
-        idle = 0 if batch else idle + 1
-        for records in batch.values():
-            for r in records:
-                yield {"value": r.value or b"", "timestamp": r.timestamp, "partition": r.partition}
-        ends = [consumer.highwater(tp) for tp in tps]
-        if all(hw is not None and consumer.position(tp) >= hw for tp, hw in zip(tps, ends)):
-            return
+    parts = list_topics(bootstrap).get(topic, 0)
+    unknown = {p for p in from_offsets if not 0 <= p < parts}
+    if unknown:
+        raise ReplayError(
+            f"{topic} has no partition(s) {sorted(unknown)}; it has {list(range(parts))}")
+    yield from scan(bootstrap, topic, start={(topic, p): o for p, o in from_offsets.items()})
 
 
 def _archive_docs(root: Path, topic: str, since: datetime | None,
@@ -225,7 +204,7 @@ def _archive_rows(root: Path, sql: str, params: list[Any], chunk: int = 10_000) 
 
 
 def _has_records(bootstrap: str, topic: str) -> bool:
-    for _ in scan(bootstrap, topic, idle_s=0.5, max_s=30):
+    for _ in scan(bootstrap, topic, max_s=30):
         return True
     return False
 
