@@ -229,19 +229,11 @@ class ServiceRunner:
             consumer.close()
 
     def _replay(self, topic: str, partition: int, end: int) -> None:
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
-                                 enable_auto_commit=False, fetch_max_wait_ms=50)
-        try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, 0)
-            name = logical(self.settings.kafka, topic)
-            while consumer.position(tp) < end:
-                for r in consumer.poll(timeout_ms=200).get(tp, []):
-                    if r.offset < end:
-                        self.processor.replay(InRecord(name, partition, r.offset, r.value or b""))
-        finally:
-            consumer.close()
+        name = logical(self.settings.kafka, topic)
+        for r in scan(self.bootstrap, topic, partitions={partition}):  # raises, never hangs, if unanswered
+            if r.offset >= end:
+                break
+            self.processor.replay(InRecord(name, partition, r.offset, r.value or b""))
 
     # ------------------------------------------------------------------ lifecycle
 
