@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
+from kz_common.admin import scan
 from kz_common.config import KafkaConfig
 from kz_common.topics import logical, topic_specs
 
@@ -58,19 +59,27 @@ class Watcher:
 
     def __init__(self, kafka: KafkaConfig, bootstrap: str) -> None:
         self.kafka = kafka
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", fetch_max_wait_ms=100)
-        tps = [TopicPartition(s.physical, p) for s in topic_specs(kafka)
-               for p in (self.consumer.partitions_for_topic(s.physical) or ())]
-        self.consumer.assign(tps)
-        self.consumer.seek_to_beginning(*tps)
         self.rounds_of: dict[str, int] = {}  # challenge id -> round (training challenges only)
         self.last_challenge_at: dict[int, float] = {}
         self.per: dict[str, _Challenge] = defaultdict(_Challenge)
         self.tally: dict[int, RoundLedger] = {}
         self.rounds_started: set[int] = set()
         self.training: list[str] = []
-        self.poll(0.5)
+        # The log so far, read to its end (next_round depends on every earlier round.started),
+        # then followed from exactly there: nothing read twice, nothing skipped.
+        topics = [s.physical for s in topic_specs(kafka)]
+        after: dict[tuple[str, int], int] = {}
+        for rec in scan(bootstrap, *topics):
+            self._ingest(logical(kafka, rec.topic), rec.value)
+            after[(rec.topic, rec.partition)] = rec.offset + 1
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                      auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        tps = [TopicPartition(t, p) for t in topics for p in (self.consumer.partitions_for_topic(t) or ())]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            if (tp.topic, tp.partition) in after:
+                self.consumer.seek(tp, after[(tp.topic, tp.partition)])
 
     def next_round(self) -> int:
         """The first round number not used by an earlier run on this log."""
