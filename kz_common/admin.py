@@ -105,7 +105,7 @@ def _drain(consumer: KafkaConsumer, tps: list[TopicPartition], max_s: float) -> 
         for tp, records in batch.items():
             for r in records:
                 if r.offset < ends.get(tp, r.offset + 1):
-                    yield Record(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
+                    yield Record(r.topic, r.partition, r.offset, r.key, r.value or b"", r.timestamp)
         for tp in tps:
             hw = consumer.highwater(tp)
             if hw is not None and tp not in ends:
