@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 import torch
 
 from benchmarks import verifier as bench
+from benchmarks.verifier_summary import table
 from services.verifier.service import VerifierCore
 
 PORT = 19392  # off the tests' and the pipeline benchmark's ports
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         result[name] = (bench.run_batch(batch, args.workers, cache) if name == "batch"
                         else run_service(batch, args.workers, cache))
         path.write_text(json.dumps(result, indent=1, default=str))
-    print(bench._table("\nverifier: verify_many next to the service", [
+    print(table("\nverifier: verify_many next to the service", [
         {"pass": k, "n": result[k]["n"], "per_minute": result[k]["per_minute"],
          "mid_per_minute": result[k].get("mid_per_minute"),
          "honest": f"{result[k]['honest_passed']}/{result[k]['honest_total']}",

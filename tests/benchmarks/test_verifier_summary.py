@@ -1,0 +1,69 @@
+"""The verifier benchmark's summaries, checked on CPU against a saved GPU run: its rows must add
+up to the summary it saved, and render the table line it printed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.verifier_summary import PASS_COLS, pass_row, summarize, table, timing_diag
+
+RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / \
+    "verifier_bench_ab_pausestart_e03ddbe_NVIDIA_H100_2026-12-06"
+
+
+@pytest.fixture(scope="module")
+def saved() -> dict:
+    return json.loads(RUN.with_suffix(".json").read_text())
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, numbers to the last place the summary rounds to (its sums land on .005 edges)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return abs(a - b) <= 0.0100001
+    return a == b
+
+
+def _bundle_keys(rows: list[dict]) -> list[str]:
+    # The JSON keeps no problem sources; candidates of one bundle carry its one phase record.
+    return [json.dumps(x.get("reference_phase_s"), sort_keys=True) for x in rows]
+
+
+@pytest.mark.parametrize("name", ["cold", "ps0"])
+def test_the_rows_add_up_to_the_saved_summary(saved: dict, name: str) -> None:
+    v = saved[name]
+    got = summarize(v["rows"], _bundle_keys(v["rows"]), v["wall_s"], v["workers"])
+    assert _close(got, {k: v[k] for k in got}), [k for k in got if not _close(got[k], v[k])]
+    assert got["warm_starts"] == {"cold": 57, "ps0": 80}[name]
+    assert got["exclusive_s"]["bundles_n"] == 38
+
+
+@pytest.mark.parametrize("name", ["cold", "ps0"])
+def test_a_pass_renders_the_line_it_printed(saved: dict, name: str) -> None:
+    printed = [line for line in RUN.with_suffix(".log").read_text().splitlines()
+               if line.startswith(f"{name} | ")]
+    rendered = table("", [pass_row(name, saved[name])], PASS_COLS).splitlines()[-1]
+    assert printed and printed[-1] == rendered
+
+
+def test_timing_diag_keeps_the_named_diagnostics_and_derives_two() -> None:
+    st = {"flush_ms": 0.1, "host_ms": None, "loop": "back_to_back", "b2b_median_ms": 1.1,
+          "stream_median_ms": 1.0, "median_ms": 1.1}
+    assert timing_diag(st) == {"flush_ms": 0.1, "back_to_back": 1, "b2b_over_synced": pytest.approx(1.1),
+                               "stream_median_ms": 1.0}
+
+
+def test_a_pass_too_short_for_a_mid_rate_reports_none() -> None:
+    rows = [{"label": "a", "passed": True, "wall_s": 1.0, "spread": 0.01, "timing_diag": {},
+             "phase_s": {}, "steps_s": {}, "harness_steps_s": {}, "harness_cpu_s": {},
+             "reference_steps_s": {}, "warm_start": True, "batch_s": [0.0, 2.0],
+             "sandbox_batch_s": [0.0, 2.0]}]
+    got = summarize(rows, ["p"], wall=2.0, workers=1)
+    assert got["mid_per_minute"] is None and got["first_done_s"] == 2.0
+    assert (got["honest_passed"], got["honest_total"], got["cheats_total"]) == (1, 1, 0)
