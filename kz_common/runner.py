@@ -233,7 +233,7 @@ class ServiceRunner:
         for r in scan(self.bootstrap, topic, partitions={partition}):  # raises, never hangs, if unanswered
             if r.offset >= end:
                 break
-            self.processor.replay(InRecord(name, partition, r.offset, r.value or b""))
+            self.processor.replay(InRecord(name, partition, r.offset, r.value))
 
     # ------------------------------------------------------------------ lifecycle
 
