@@ -1,4 +1,5 @@
-"""The GPU lock's phases as a sandboxed child walks them: shared, paused, idle, holdouts, timed, done."""
+"""The GPU lock's phases as a sandboxed child walks them: shared, paused, idle, holdouts,
+timed, done."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.verifier import harness_checks, timing, timing_stats
+from services.verifier import timing, timing_stats
 from services.verifier.timing import STABLE_SPREAD, Timer
+from tests.services.verifier.timer_fakes import FakeDevice, fake_timer, shadowed
 
 
 def _timer(attempts: list[dict[str, Any]]) -> tuple[Timer, list[bool]]:
@@ -64,17 +65,8 @@ def test_a_run_whose_host_outlasts_its_flush_counts_as_late() -> None:
     assert timing_stats.Shadow([], []).late_fraction() == 0.0
 
 
-def _shadowed(pass_ms: float) -> Timer:
-    import torch
-
-    t = Timer.__new__(Timer)
-    t.flush = torch.empty(1 << 20, dtype=torch.int32)  # a CPU stand-in: only sizes matter
-    t.adaptive, t._pass_ms, t.passes, t.extra = True, pass_ms, 1, None
-    return t
-
-
 def test_the_shadow_outlasts_the_hosts_launch_by_the_margin() -> None:
-    t = _shadowed(pass_ms=0.05)
+    t = shadowed(pass_ms=0.05)
     t._fit_shadow([0.1] * 9 + [0.01])  # p90 0.1 ms -> 0.13 ms of flush: 2 passes + 0.6 of one
     assert t.passes == 2 and t.extra is not None
     assert abs(t.extra.numel() / t.flush.numel() - 0.6) < 0.01
@@ -85,7 +77,7 @@ def test_the_shadow_outlasts_the_hosts_launch_by_the_margin() -> None:
 
 
 def test_a_fixed_shadow_never_changes() -> None:
-    t = _shadowed(pass_ms=0.05)
+    t = shadowed(pass_ms=0.05)
     t.adaptive = False
     t._fit_shadow([1.0] * 10)
     assert t.passes == 1 and t.extra is None
@@ -108,72 +100,11 @@ def test_retries_are_marked_as_such_and_their_reasons_kept() -> None:
     assert t.time([], warmup=3, runs=10)["retried"] == []
 
 
-class _FakeDevice:
-    """Stands in for `Timer._loop`: a kernel of `kernel` ms launched in `host` ms, whose
-    host wakes 15 us after a sync that followed one flush pass and 30 us after a longer
-    shadow (as measured on the H200: the gap depends on the wait, empty runs alike), and a
-    shadow that takes `stretch` x its expected time (side work running inside it)."""
-
-    def __init__(self, kernel: float, host: float, stretch: float = 1.0,
-                 b2b: float = 1.0, loop_host: float | None = None,
-                 late_end: tuple[int, ...] = ()) -> None:
-        self.kernel, self.host, self.stretch, self.strict_calls = kernel, host, stretch, 0
-        # synced loops (by number) whose candidate runs end late after e1: side work, or
-        # a noisy wake-up
-        self.late_end = late_end
-        self.loop_host = host if loop_host is None else loop_host  # launch time in the loop
-        self.b2b, self.b2b_calls = b2b, 0  # back to back: `b2b` x the synced kernel time
-
-    def install(self, t: Timer) -> None:
-        self.loop_runs: list[int] = []  # runs of each synced loop (paired: half are empty)
-
-        def loop(seq: Any, runs: int, strict: bool = False, prepare: Any = None) -> Any:
-            self.strict_calls += strict
-            self.loop_runs.append(runs)
-            last: list[Any] = [None] * len(seq)
-            t1 = []
-            for i in range(runs):  # as Timer._loop: each run after its load, if any
-                load = prepare[i % len(seq)] if prepare else None
-                if load is not None:
-                    load()
-                self.next_ms = self.kernel  # a run may set its own time (a cache hit)
-                last[i % len(seq)] = seq[i % len(seq)]()
-                t1.append(self.next_ms if seq[i % len(seq)] is not timing._noop else 0.0)
-            gap = 0.015 if t.passes == 1 and t.extra is None else 0.03
-            late = 0.05 if len(self.loop_runs) - 1 in self.late_end else 0.0
-            t2 = [a + gap + (late if seq[i % len(seq)] is not timing._noop else 0.0)
-                  for i, a in enumerate(t1)]
-            shadow = t._expected_shadow_ms() * self.stretch
-            t.last_loop = timing_stats.Shadow([shadow] * runs, [self.loop_host] * runs)
-            return t1, t2, last
-
-        def back_to_back(fns: Any, runs: int) -> list[float]:
-            self.b2b_calls, self.b2b_runs = self.b2b_calls + 1, runs
-            return [self.kernel * self.b2b] * runs
-
-        t._loop = loop  # type: ignore[method-assign]
-        t._back_to_back = back_to_back  # type: ignore[method-assign]
-        self.warm_s: list[float] = []  # the time-based warm-up asked of each attempt
-
-        def warm(fns: Any, warmup: int, min_s: float = timing.WARMUP_S) -> list[float]:
-            self.warm_s.append(min_s)
-            return [self.host] * 8
-
-        t._warm = warm  # type: ignore[method-assign]
-
-
-def _fake_timer(dev: _FakeDevice) -> Timer:
-    t = _shadowed(pass_ms=0.067)
-    t._empty_host_ms = 0.01
-    dev.install(t)
-    return t
-
-
 def test_a_late_waking_host_is_not_mistaken_for_side_stream_work() -> None:
     """Paired calibration: the 30 us wake-up after a long shadow is the empty runs' too
     (a gap calibrated once, after one flush pass, would read 15 us and flag the kernel)."""
-    dev = _FakeDevice(kernel=0.02, host=0.1)  # a slow launch: the shadow grows past a pass
-    t = _fake_timer(dev)
+    dev = FakeDevice(kernel=0.02, host=0.1)  # a slow launch: the shadow grows past a pass
+    t = fake_timer(dev)
     st = t.time([lambda: "out"], warmup=3, runs=10)
     assert t.passes * 0.067 + (t.extra is not None) * 0.067 > 0.13  # fitted to 1.3 x 0.1 ms
     assert not st["side_stream"] and dev.strict_calls == 0 and st["gap0_ms"] == 0.03
@@ -182,8 +113,8 @@ def test_a_late_waking_host_is_not_mistaken_for_side_stream_work() -> None:
 
 def test_a_stretched_shadow_counts_as_side_stream_work() -> None:
     """Work hidden inside the shadow, before `start`, slows the shadow: timed strictly."""
-    dev = _FakeDevice(kernel=0.02, host=0.03, stretch=3.0)
-    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
+    dev = FakeDevice(kernel=0.02, host=0.03, stretch=3.0)
+    st = fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
     assert st["side_stream"] and dev.strict_calls == 1 and st["shadow_ratio"] > 2.5
     assert dev.b2b_calls == 0 and st["loop"] == "strict"  # no back-to-back figure then
 
@@ -195,8 +126,8 @@ def test_a_stretched_shadow_counts_as_side_stream_work() -> None:
 ])
 def test_the_back_to_back_median_is_reported_only_at_or_above_the_synced_one(
         b2b: float, reported: float, loop: str) -> None:
-    dev = _FakeDevice(kernel=0.02, host=0.03, b2b=b2b)
-    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
+    dev = FakeDevice(kernel=0.02, host=0.03, b2b=b2b)
+    st = fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
     assert dev.b2b_calls == 1 and st["loop"] == loop and not st["side_stream"]
     assert st["median_ms"] == pytest.approx(reported) and st["stream_median_ms"] == 0.02
     assert st["b2b_median_ms"] == pytest.approx(0.02 * b2b) and st["last_outputs"] == ["out"]
@@ -209,8 +140,8 @@ def test_a_retry_warms_up_by_count_only_and_refits_only_a_shadow_that_was_outlas
         late_host: bool) -> None:
     """The device is warm right after an attempt: no second 50 ms warm-up. A shadow that
     held its host is kept; one the host outlasted is refitted to that attempt's launches."""
-    dev = _FakeDevice(kernel=0.02, host=0.1)
-    t = _fake_timer(dev)
+    dev = FakeDevice(kernel=0.02, host=0.1)
+    t = fake_timer(dev)
     t._attempt([lambda: "out"], 3, 10)
     fitted = (t.passes, None if t.extra is None else t.extra.numel())
     if late_host:
@@ -226,8 +157,8 @@ def test_a_retry_warms_up_by_count_only_and_refits_only_a_shadow_that_was_outlas
 def test_the_first_shadow_is_fitted_to_the_loops_own_launch_time() -> None:
     """The warm-up's launches read faster than the synced loop's (a host waking from a
     sync): fitted to the warm-up alone, the host would outlast every run and force a retry."""
-    dev = _FakeDevice(kernel=0.02, host=0.05, loop_host=0.2)
-    t = _fake_timer(dev)
+    dev = FakeDevice(kernel=0.02, host=0.05, loop_host=0.2)
+    t = fake_timer(dev)
     st = t.time([lambda: "out"], warmup=3, runs=10)
     assert t._expected_shadow_ms() >= 0.99 * timing.SHADOW_MARGIN * 0.2  # slices: 1024 words
     assert st["attempts"] == 1 and st["host_late"] == 0.0 and st["retried"] == []
@@ -244,8 +175,8 @@ def test_a_slow_kernel_gets_about_loop_s_of_runs_per_loop(kernel_ms: float, fit:
     a cut count gets up to a quarter more at random (which run is last stays unknown)."""
     seen = set()
     for _ in range(40):
-        dev = _FakeDevice(kernel=kernel_ms, host=0.03)
-        st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=62)
+        dev = FakeDevice(kernel=kernel_ms, host=0.03)
+        st = fake_timer(dev).time([lambda: "out"], warmup=3, runs=62)
         runs = st["runs"]
         assert st["median_ms"] == pytest.approx(kernel_ms)
         assert dev.loop_runs[-1] == 2 * runs  # the timed loop: each run after an empty one
@@ -262,8 +193,8 @@ def test_a_host_late_by_a_sliver_of_a_long_kernel_is_not_retried(
         kernel_ms: float, attempts: int) -> None:
     """A host launching in 0.7 ms outlasts the longest shadow (0.6 ms): by 0.1 ms, under 1%
     of a 24 ms kernel (no retry), but 5x a 0.02 ms one (every attempt retried)."""
-    dev = _FakeDevice(kernel=kernel_ms, host=0.7)
-    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=30)
+    dev = FakeDevice(kernel=kernel_ms, host=0.7)
+    st = fake_timer(dev).time([lambda: "out"], warmup=3, runs=30)
     assert st["flush_ms"] == pytest.approx(timing.MAX_SHADOW_MS, rel=0.01)  # capped
     assert st["attempts"] == attempts and (st["host_late"] == 0.0) == (attempts == 1)
 
@@ -288,129 +219,11 @@ def test_no_retry_starts_once_the_timing_has_run_past_its_budget(
     assert st["retries_cut"] == (attempts < timing.MAX_ATTEMPTS)
 
 
-def test_each_synced_run_is_preceded_by_its_own_sets_load() -> None:
-    log: list[tuple[str, int]] = []
-    fns = [lambda k=k: log.append(("run", k)) for k in range(3)]
-    loads = [lambda k=k: log.append(("load", k)) for k in range(3)]
-    _fake_timer(_FakeDevice(kernel=0.02, host=0.03)).time(fns, warmup=3, runs=10,
-                                                           prepare=loads)
-    runs = [i for i, e in enumerate(log) if e[0] == "run"]
-    assert len(runs) == 10 + timing.PROBE_RUNS  # the probe and the timed loop
-    assert all(i > 0 and log[i - 1] == ("load", log[i][1]) for i in runs)
-
-
-def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
-    import torch
-
-    sets = [[torch.full((4, 3), float(k)), 7, torch.arange(3) + k] for k in range(3)]
-    args, loads = harness_checks.rotating(sets)
-    assert loads is not None and all(a[1] == 7 for a in args)
-    assert all(a[0] is args[0][0] and a[2] is args[0][2] for a in args)  # one object per slot
-    assert args[0][0] is not sets[0][0] and bool((args[0][0] == 0).all())  # starts as set 0
-    for k in (2, 1, 0):
-        loads[k]()
-        assert torch.equal(args[k][0], sets[k][0]) and torch.equal(args[k][2], sets[k][2])
-    odd = [[torch.zeros(4)], [torch.zeros(5)]]  # the sets differ in layout: no rotation
-    assert harness_checks.rotating(odd) == ([odd[0], odd[1]], None)
-    views = [[torch.zeros(4, 6)[:, ::2]] for _ in range(2)]  # no buffer of the same strides
-    assert harness_checks.rotating(views) == ([views[0], views[1]], None)
-    t = [[torch.zeros(4, 6).t()] for _ in range(2)]  # transposed: empty_like keeps its strides
-    assert harness_checks.rotating(t)[1] is not None
-
-
-def test_sets_kept_on_another_device_reach_the_timed_objects_only_in_their_prepare() -> None:
-    """The holdouts wait in host memory (here: the meta device stands for it) and are
-    copied into the shared objects, or moved over where there is no rotation, only when
-    their own prepare runs, after the timed runs."""
-    import torch
-
-    copies: list[tuple[object, object]] = []
-    moved: list[object] = []
-
-    def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> None:
-        copies.append((dst, src))
-        assert non_blocking  # queued, as the runs are
-
-    def to(x: torch.Tensor, device: object, non_blocking: bool = False) -> torch.Tensor:
-        moved.append(x)
-        return torch.zeros(x.shape)
-
-    timed = [[torch.zeros(2, 3)] for _ in range(2)]
-    held = [[torch.empty(2, 3, device="meta")] for _ in range(2)]
-    args, loads = harness_checks.rotating(timed + held, copy_=copy_, to=to)
-    assert loads is not None and len({id(a[0]) for a in args}) == 1  # rotated: one object
-    assert args[0][0].device.type == "cpu" and [s for _, s in copies] == [timed[0][0]]
-    loads[3]()
-    assert copies[-1] == (args[0][0], held[1][0])
-    odd = [[torch.zeros(4)], [torch.zeros(5)], [torch.empty(5, device="meta")]]
-    args, loads = harness_checks.rotating(odd, copy_=copy_, to=to)  # no rotation
-    assert loads is not None and loads[:2] == [None, None] and args[2][0] is odd[2][0]
-    loads[2]()
-    assert moved == [odd[2][0]] and args[2][0].device.type == "cpu"
-
-
-def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> None:
-    """The cheat: the first result per input object, then a do-nothing kernel. With one
-    object per set, each set's last output was its own correct first result; rotated, the
-    last output of every set but the first is set 0's."""
-    import torch
-
-    memo: dict[int, torch.Tensor] = {}
-
-    def model(x: torch.Tensor) -> torch.Tensor:
-        return memo.setdefault(id(x), x * 2)
-
-    sets = [[torch.full((3,), float(k))] for k in range(3)]
-    args, loads = harness_checks.rotating(sets)
-    fns = [lambda a=a: model(*a) for a in args]
-    st = _fake_timer(_FakeDevice(kernel=0.02, host=0.03)).time(fns, 3, 10, prepare=loads)
-    assert [float(o[0]) for o in st["last_outputs"]] == [0.0, 0.0, 0.0]  # want 0, 2, 4
-    memo.clear()
-    plain = [lambda s=s: model(*s) for s in sets]  # one object per set: the cheat passes
-    st = _fake_timer(_FakeDevice(kernel=0.02, host=0.03)).time(plain, 3, 10)
-    assert [float(o[0]) for o in st["last_outputs"]] == [0.0, 2.0, 4.0]
-
-
-def test_a_cache_by_input_contents_is_fast_on_seen_inputs_only() -> None:
-    """The cheat the holdouts catch: outputs keyed on input contents. Every timed set was
-    seen in a correctness call, so the timed runs (rotated or not) time the cache; each
-    holdout's contents are new, so `once` times the real computation."""
-    import torch
-
-    from services.verifier import perf
-
-    dev = _FakeDevice(kernel=0.3, host=0.03)  # a hit: 0.3 ms; a miss: 1.0 ms
-    memo: dict[tuple[float, ...], torch.Tensor] = {}
-
-    def model(x: torch.Tensor) -> torch.Tensor:
-        key = tuple(x.tolist())
-        if key not in memo:
-            dev.next_ms, memo[key] = 1.0, x * 2
-        return memo[key]
-
-    sets = [[torch.full((3,), float(k))] for k in range(5)]  # 3 timed sets, 2 holdouts
-    for s in sets[:3]:
-        model(*s)  # the correctness calls
-    args, loads = harness_checks.rotating(sets)
-    assert loads is not None
-    fns = [lambda a=a: model(*a) for a in args]
-    t = _fake_timer(dev)
-    st = t.time(fns[:3], warmup=3, runs=10, prepare=loads[:3])
-    held_ms, held = t.once(fns[3:], loads[3:])
-    assert st["median_ms"] == 0.3 and held_ms == [1.0, 1.0]
-    assert [float(o[0]) for o in held] == [6.0, 8.0]  # correct: each computed once
-    assert perf.holdout_floor(st["median_ms"], held_ms)[2] is not None
-    memo.clear()
-    dev.kernel = 1.0  # an honest kernel: as fast on new inputs as on seen ones
-    st = t.time(fns[:3], warmup=3, runs=10, prepare=loads[:3])
-    assert perf.holdout_floor(st["median_ms"], t.once(fns[3:], loads[3:])[0]) == (1.0, 1.0, None)
-
-
 def test_holdout_runs_get_a_shadow_no_launch_outlasts_and_the_fitted_one_returns() -> None:
     """`once` times single runs: a host late for one of them would be timed with it (and a
     late honest holdout raises the reported time), so their shadow is ONCE_SHADOW_MS long."""
-    dev = _FakeDevice(kernel=0.02, host=0.05)
-    t = _fake_timer(dev)
+    dev = FakeDevice(kernel=0.02, host=0.05)
+    t = fake_timer(dev)
     t.time([lambda: "out"], warmup=3, runs=10)
     fitted = (t.passes, t.extra)
     seen: list[float] = []
@@ -433,71 +246,10 @@ def test_a_side_stream_flag_needs_a_second_loop_to_agree(late_end: tuple[int, ..
     """Loop 0 is the probe, 1 the timed loop, 2 the second opinion. One noisy loop is not
     side-stream work: the clean second loop is reported. Work that ends after e1 in both
     is timed strictly, as before."""
-    dev = _FakeDevice(kernel=0.05, host=0.03, late_end=late_end)
-    st = _fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
+    dev = FakeDevice(kernel=0.05, host=0.03, late_end=late_end)
+    st = fake_timer(dev).time([lambda: "out"], warmup=3, runs=10)
     assert st["side_stream_rechecked"] and st["side_stream"] == strict
     assert dev.strict_calls == int(strict)
     assert (st["loop"] == "strict") == strict and st["last_outputs"] == ["out"]
 
 
-class _CpuEvent:
-    """A CUDA event stand-in for Timer._loop on the CPU: records the host clock."""
-
-    def __init__(self, enable_timing: bool = True) -> None:
-        self.t = 0.0
-
-    @staticmethod
-    def record(ev: _CpuEvent) -> None:
-        import time
-
-        ev.t = time.perf_counter()
-
-    @staticmethod
-    def elapsed(a: _CpuEvent, b: _CpuEvent) -> float:
-        return (b.t - a.t) * 1e3
-
-
-def _cpu_loop_timer() -> Timer:
-    import torch
-
-    t = _shadowed(pass_ms=0.05)
-    t.Event, t.record, t.elapsed = _CpuEvent, _CpuEvent.record, _CpuEvent.elapsed
-    t.sync, t.zero_, t.clone = (lambda: None), torch.Tensor.zero_, torch.Tensor.clone
-    return t
-
-
-def test_each_runs_outputs_are_kept_as_they_were_when_it_returned() -> None:
-    """The deferred-output cheat: return a tensor fast, write the right values into it in a
-    later call. The timer keeps a copy of each run's outputs, made right after the run
-    (outside the timed interval), so later calls change nothing that is checked."""
-    import torch
-
-    returned: list[torch.Tensor] = []
-
-    def model() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        for old in returned:
-            old.fill_(7.0)  # "fix up" every earlier output
-        out = torch.zeros(4)
-        returned.append(out)
-        return out, [out * 0]
-
-    t = _cpu_loop_timer()
-    _, _, last = t._loop([model, model], 4)
-    model()  # a later call (the holdout runs, the echo) rewrites them all
-    assert all(isinstance(o, tuple) and isinstance(o[1], list) for o in last)
-    assert [float(o[0].sum()) for o in last] == [0.0, 0.0]  # as returned, not 7s
-    assert all(float(r.sum()) == 28.0 for r in returned[:-1])  # the originals were rewritten
-
-
-def test_a_snapshot_copies_plain_tensors_only() -> None:
-    import torch
-
-    class Sub(torch.Tensor):
-        pass
-
-    x = torch.ones(3)
-    sub = torch.ones(3).as_subclass(Sub)
-    snap = timing_stats.snapshot([x, (x, 2), sub, "s"], torch.Tensor.clone)
-    assert snap[0] is not x and torch.equal(snap[0], x) and snap[1][0] is not x
-    assert snap[1][1] == 2 and snap[2] is sub and snap[3] == "s"
-    assert type(snap) is list and type(snap[1]) is tuple
