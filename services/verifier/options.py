@@ -80,8 +80,9 @@ class VerifyOptions:
     # its job comes (only trusted start-up runs then: imports, the CUDA context): paused, it
     # starts only in the ~42% of an H100 batch's wall that no timed phase holds, and 60% of
     # the candidates found their sandbox still starting (verifier_notes.md, eighteenth session).
-    # H100, 138 candidates: warm starts 54% -> 75%, timing unchanged, mid-pass rate 1.02x
-    # (one unprimed pass each; twentieth session): not yet shown to pay
+    # H100, primed A/B at 207: warm starts 50% -> 88%, timing unchanged, rate 1.02x whole
+    # pass and 1.00x mid-pass; with permit_at_done 0.93x (the card's memory filled: 9 OOM
+    # reruns). Off: the start is not what limits the rate (twenty-first session)
     pause_starting: bool = True
     # reference bundles built at once ahead of verify_many's workers (H200, side by side:
     # 4 builders 53.5 and 58.7/min against 2 builders 51.0 and 48.8/min; with the fork
@@ -98,7 +99,8 @@ class VerifyOptions:
     # give a sandbox's place to the next candidate when its timed runs end, not when it
     # exits (it then only writes its outputs: 0.84 s mean of an 8.6 s run on the H200,
     # no GPU lock); off: on the H200 it held a place 7.6 s instead of 8.8 s but the rate
-    # did not move (verifier_notes.md, fifteenth session)
+    # did not move (verifier_notes.md, fifteenth session); with pause_starting off, on an
+    # H100, 0.93x: exiting and starting CUDA contexts together filled the card's memory
     permit_at_done: bool = False
     # sandboxes of a batch past their first GPU request at once (the rest of `workers` may
     # only start: import, build, compile-only warm-up); 0: no cap beyond `workers`. Off:
