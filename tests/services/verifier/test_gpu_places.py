@@ -14,7 +14,7 @@ from services.verifier import sandbox
 from services.verifier.gpu_lock import GpuLock
 from services.verifier.permits import Permit, gpu_places_for
 from tests.services.verifier.conftest import CPU_OPTIONS
-from tests.services.verifier.test_sandbox import GATED_CHILD, _gated_process
+from tests.services.verifier.gated_child import GATED_CHILD, gated_process
 
 # A candidate's harness: its correctness calls under the shared lock (0.8 s), DONE (no
 # timed phase), then its outputs written and its exit (0.8 s, no GPU phase any more)
@@ -64,7 +64,7 @@ def test_a_second_sandbox_waits_for_the_gpu_place_not_for_the_first_ones_exit(
     """One GPU place, two sandboxes: the second is granted its shared phase when the
     first's GPU phases end (at DONE), not while they run, and not only at its exit."""
     gates = GpuLock(str(base / "cache"))  # the lock both sandboxes' phases go through
-    procs = [_gated_process(_dirs(base, n), CALLS_CHILD)[0] for n in ("a", "b")]
+    procs = [gated_process(_dirs(base, n), CALLS_CHILD)[0] for n in ("a", "b")]
     gpu = threading.BoundedSemaphore(1)
     permits = [Permit(threading.BoundedSemaphore(1), 0.0, [], gpu) for _ in procs]
     results: list[sandbox.RunResult | None] = [None, None]
@@ -86,7 +86,7 @@ def test_a_second_sandbox_waits_for_the_gpu_place_not_for_the_first_ones_exit(
 
 
 def test_a_sandbox_that_never_asks_for_the_gpu_takes_no_place(base: Path) -> None:
-    proc, gates = _gated_process(base, EXITING_CHILD)
+    proc, gates = gated_process(base, EXITING_CHILD)
     gpu = threading.BoundedSemaphore(1)
     gpu.acquire()  # every place taken: asking for one would wait past the test
     t0 = time.monotonic()

@@ -236,9 +236,9 @@ def test_the_slot_clock_reads_its_age_and_its_start_up(base: Path, job_after_s: 
     """The parent's own clock of a pre-started sandbox (never the child's word): its age
     when the job came and its start-up to WARM, so a batch can tell slots taken too young
     (cold starts) from slow start-ups; and its exit from its last word on (`exit_dying`)."""
-    from tests.services.verifier.test_sandbox import _gated_process
+    from tests.services.verifier.gated_child import gated_process
 
-    proc, gates = _gated_process(base, WARMING_CHILD)
+    proc, gates = gated_process(base, WARMING_CHILD)
     time.sleep(job_after_s)
     res = proc.finish(b"{}\n", gates)
     assert not res.timed_out and res.returncode == 0, res.describe()

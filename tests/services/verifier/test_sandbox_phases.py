@@ -4,23 +4,11 @@ timed, done."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
 from services.verifier import sandbox
-from services.verifier import sandbox_mounts as M
-from services.verifier.gpu_lock import GpuLock
-
-# A child that asks for the GPU lock as the harness and the reference worker do.
-GATED_CHILD = r"""
-import os, sys, time
-ctrl = os.fdopen(int(sys.stdin.readline()), "w", buffering=1)
-sys.stdin.readline()  # the job
-def gate(word):
-    ctrl.write(word + "\n")
-    assert sys.stdin.readline().strip() == "GO"
-"""
+from tests.services.verifier.gated_child import GATED_CHILD, gated_process
 
 YIELDING_CHILD = GATED_CHILD + r"""
 gate("KZ-SHARED")
@@ -32,21 +20,12 @@ ctrl.write("KZ-DONE\n")
 """
 
 
-def _gated_process(base: Path, src: str) -> tuple[sandbox.Process, GpuLock]:
-    """`src` as a started sandboxed process, and the GPU lock its phases go through."""
-    view = M.View(str(base / "work"), str(base / "inputs"), str(base / "cache"), "cpu")
-    lim = sandbox.Limits(wall_s=30, cpu_s=30, memory_bytes=4 << 30, nproc=64,
-                         fsize_bytes=1 << 20, timing_wall_s=10, locked_wall_s=10)
-    return (sandbox.Process("rlimits", view, [sys.executable, "-I", "-c", src], {}, lim, base),
-            GpuLock(str(base / "cache")))
-
-
 def test_a_yielding_shared_phase_lets_a_waiting_timed_phase_in(base: Path) -> None:
     """The reference worker yields the shared lock between trials: a timed phase that
     asks meanwhile runs after the current trial, not after the whole build (1.6 s)."""
     import threading
 
-    proc, gates = _gated_process(base, YIELDING_CHILD)
+    proc, gates = gated_process(base, YIELDING_CHILD)
     got: list[float] = []
     res: list[sandbox.RunResult] = []
     t0 = time.monotonic()
@@ -92,7 +71,7 @@ def _timed_phase_meanwhile(base: Path, src: str, after_s: float) -> tuple[sandbo
     long that other timed phase waited."""
     import threading
 
-    proc, gates = _gated_process(base, src)
+    proc, gates = gated_process(base, src)
     res: list[sandbox.RunResult] = []
     child = threading.Thread(target=lambda: res.append(proc.finish(b"{}\n", gates)))
     child.start()
@@ -152,7 +131,7 @@ def test_holdouts_are_seen_only_between_the_request_and_ready(base: Path) -> Non
     bundle = base / "bundle"
     bundle.mkdir()
     (bundle / "holdout_0.pt").write_text("new-inputs")
-    proc, gates = _gated_process(base, HOLDOUT_CHILD)
+    proc, gates = gated_process(base, HOLDOUT_CHILD)
     res = proc.finish(b"{}\n", gates, Withheld((bundle / "holdout_0.pt",), base / "inputs"))
     assert not res.timed_out and res.returncode == 0, res.describe()
     assert res.stdout_tail.splitlines() == [
@@ -168,7 +147,7 @@ def test_a_child_that_never_asks_gets_no_holdouts(base: Path) -> None:
 
     (base / "bundle").mkdir()
     (base / "bundle" / "holdout_0.pt").write_text("new-inputs")
-    proc, gates = _gated_process(base, IDLE_CHILD)
+    proc, gates = gated_process(base, IDLE_CHILD)
     res = proc.finish(b"{}\n", gates, Withheld((base / "bundle" / "holdout_0.pt",),
                                                base / "inputs"))
     assert not res.timed_out and res.ready_seen, res.describe()
@@ -188,7 +167,7 @@ time.sleep(1.0)  # writing its outputs, no lock held
 def test_after_timed_comes_at_done_not_at_exit(base: Path) -> None:
     """`after_timed` (how a batch gives a sandbox's place back early, `permit_at_done`) is
     called when the timed phase ends, while the child still writes its outputs."""
-    proc, gates = _gated_process(base, WRITING_CHILD)
+    proc, gates = gated_process(base, WRITING_CHILD)
     t0 = time.monotonic()
     called: list[float] = []
     res = proc.finish(b"{}\n", gates, after_timed=lambda: called.append(time.monotonic() - t0))
@@ -199,7 +178,7 @@ def test_after_timed_comes_at_done_not_at_exit(base: Path) -> None:
 def test_after_timed_is_not_called_without_a_timed_phase(base: Path) -> None:
     """DONE in the shared phase (the harness on a failed call): no timed phase ended."""
     src = GATED_CHILD + 'gate("KZ-SHARED")\nctrl.write("KZ-DONE\\n")\n'
-    proc, gates = _gated_process(base, src)
+    proc, gates = gated_process(base, src)
     called: list[int] = []
     res = proc.finish(b"{}\n", gates, after_timed=lambda: called.append(1))
     assert not res.timed_out and not res.ready_seen, res.describe()
