@@ -14,10 +14,11 @@ def test_each_synced_run_is_preceded_by_its_own_sets_load() -> None:
     fns = [lambda k=k: log.append(("run", k)) for k in range(3)]
     loads = [lambda k=k: log.append(("load", k)) for k in range(3)]
     fake_timer(FakeDevice(kernel=0.02, host=0.03)).time(fns, warmup=3, runs=10,
-                                                           prepare=loads)
+                                                         prepare=loads)
     runs = [i for i, e in enumerate(log) if e[0] == "run"]
     assert len(runs) == 10 + timing.PROBE_RUNS  # the probe and the timed loop
     assert all(i > 0 and log[i - 1] == ("load", log[i][1]) for i in runs)
+
 
 def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
     import torch
@@ -36,6 +37,7 @@ def test_rotating_inputs_share_objects_and_take_each_sets_contents() -> None:
     assert harness_checks.rotating(views) == ([views[0], views[1]], None)
     t = [[torch.zeros(4, 6).t()] for _ in range(2)]  # transposed: empty_like keeps its strides
     assert harness_checks.rotating(t)[1] is not None
+
 
 def test_sets_kept_on_another_device_reach_the_timed_objects_only_in_their_prepare() -> None:
     """The holdouts wait in host memory (here: the meta device stands for it) and are
@@ -67,6 +69,7 @@ def test_sets_kept_on_another_device_reach_the_timed_objects_only_in_their_prepa
     loads[2]()
     assert moved == [odd[2][0]] and args[2][0].device.type == "cpu"
 
+
 def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> None:
     """The cheat: the first result per input object, then a do-nothing kernel. With one
     object per set, each set's last output was its own correct first result; rotated, the
@@ -87,6 +90,7 @@ def test_a_model_memoising_by_input_identity_returns_stale_timed_outputs() -> No
     plain = [lambda s=s: model(*s) for s in sets]  # one object per set: the cheat passes
     st = fake_timer(FakeDevice(kernel=0.02, host=0.03)).time(plain, 3, 10)
     assert [float(o[0]) for o in st["last_outputs"]] == [0.0, 2.0, 4.0]
+
 
 def test_a_cache_by_input_contents_is_fast_on_seen_inputs_only() -> None:
     """The cheat the holdouts catch: outputs keyed on input contents. Every timed set was
@@ -122,6 +126,7 @@ def test_a_cache_by_input_contents_is_fast_on_seen_inputs_only() -> None:
     st = t.time(fns[:3], warmup=3, runs=10, prepare=loads[:3])
     assert perf.holdout_floor(st["median_ms"], t.once(fns[3:], loads[3:])[0]) == (1.0, 1.0, None)
 
+
 def test_each_runs_outputs_are_kept_as_they_were_when_it_returned() -> None:
     """The deferred-output cheat: return a tensor fast, write the right values into it in a
     later call. The timer keeps a copy of each run's outputs, made right after the run
@@ -143,6 +148,7 @@ def test_each_runs_outputs_are_kept_as_they_were_when_it_returned() -> None:
     assert all(isinstance(o, tuple) and isinstance(o[1], list) for o in last)
     assert [float(o[0].sum()) for o in last] == [0.0, 0.0]  # as returned, not 7s
     assert all(float(r.sum()) == 28.0 for r in returned[:-1])  # the originals were rewritten
+
 
 def test_a_snapshot_copies_plain_tensors_only() -> None:
     import torch

@@ -1,6 +1,7 @@
 """CPU stand-ins for the timer's CUDA parts: a fixed-size flush buffer, a fake device
 loop, host-clock events."""
 
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +12,6 @@ from services.verifier.timing import Timer
 
 def shadowed(pass_ms: float) -> Timer:
     import torch
-
 
     t = Timer.__new__(Timer)
     t.flush = torch.empty(1 << 20, dtype=torch.int32)  # a CPU stand-in: only sizes matter
@@ -25,7 +25,6 @@ class FakeDevice:
     shadow (as measured on the H200: the gap depends on the wait, empty runs alike), and a
     shadow that takes `stretch` x its expected time (side work running inside it)."""
 
-
     def __init__(self, kernel: float, host: float, stretch: float = 1.0,
                  b2b: float = 1.0, loop_host: float | None = None,
                  late_end: tuple[int, ...] = ()) -> None:
@@ -36,10 +35,8 @@ class FakeDevice:
         self.loop_host = host if loop_host is None else loop_host  # launch time in the loop
         self.b2b, self.b2b_calls = b2b, 0  # back to back: `b2b` x the synced kernel time
 
-
     def install(self, t: Timer) -> None:
         self.loop_runs: list[int] = []  # runs of each synced loop (paired: half are empty)
-
 
         def loop(seq: Any, runs: int, strict: bool = False, prepare: Any = None) -> Any:
             self.strict_calls += strict
@@ -61,21 +58,17 @@ class FakeDevice:
             t.last_loop = timing_stats.Shadow([shadow] * runs, [self.loop_host] * runs)
             return t1, t2, last
 
-
         def back_to_back(fns: Any, runs: int) -> list[float]:
             self.b2b_calls, self.b2b_runs = self.b2b_calls + 1, runs
             return [self.kernel * self.b2b] * runs
-
 
         t._loop = loop  # type: ignore[method-assign]
         t._back_to_back = back_to_back  # type: ignore[method-assign]
         self.warm_s: list[float] = []  # the time-based warm-up asked of each attempt
 
-
         def warm(fns: Any, warmup: int, min_s: float = timing.WARMUP_S) -> list[float]:
             self.warm_s.append(min_s)
             return [self.host] * 8
-
 
         t._warm = warm  # type: ignore[method-assign]
 
@@ -90,18 +83,14 @@ def fake_timer(dev: FakeDevice) -> Timer:
 class CpuEvent:
     """A CUDA event stand-in for Timer._loop on the CPU: records the host clock."""
 
-
     def __init__(self, enable_timing: bool = True) -> None:
         self.t = 0.0
-
 
     @staticmethod
     def record(ev: CpuEvent) -> None:
         import time
 
-
         ev.t = time.perf_counter()
-
 
     @staticmethod
     def elapsed(a: CpuEvent, b: CpuEvent) -> float:
@@ -110,7 +99,6 @@ class CpuEvent:
 
 def cpu_loop_timer() -> Timer:
     import torch
-
 
     t = shadowed(pass_ms=0.05)
     t.Event, t.record, t.elapsed = CpuEvent, CpuEvent.record, CpuEvent.elapsed
