@@ -87,14 +87,21 @@ def scan(
         ]
         if not tps:
             return
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        for tp in tps:
-            if start and start.get((tp.topic, tp.partition), 0) > 0:
-                consumer.seek(tp, start[(tp.topic, tp.partition)])
+        assign_from(consumer, tps, start or {})
         yield from _drain(consumer, tps, max_s)
     finally:
         consumer.close()
+
+
+def assign_from(
+    consumer: KafkaConsumer, tps: list[TopicPartition], start: dict[tuple[str, int], int],
+) -> None:
+    """Assign `tps` to `consumer`, each at its offset in `start` (default: the beginning)."""
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    for tp in tps:
+        if start.get((tp.topic, tp.partition), 0) > 0:
+            consumer.seek(tp, start[(tp.topic, tp.partition)])
 
 
 def _drain(consumer: KafkaConsumer, tps: list[TopicPartition], max_s: float) -> Iterator[Record]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
-from kz_common.admin import scan
+from kz_common.admin import assign_from, scan
 from kz_common.config import KafkaConfig
 from kz_common.topics import logical, topic_specs
 
@@ -75,11 +75,7 @@ class Watcher:
         self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                       auto_offset_reset="earliest", fetch_max_wait_ms=100)
         tps = [TopicPartition(t, p) for t in topics for p in (self.consumer.partitions_for_topic(t) or ())]
-        self.consumer.assign(tps)
-        self.consumer.seek_to_beginning(*tps)
-        for tp in tps:
-            if (tp.topic, tp.partition) in after:
-                self.consumer.seek(tp, after[(tp.topic, tp.partition)])
+        assign_from(self.consumer, tps, after)
 
     def next_round(self) -> int:
         """The first round number not used by an earlier run on this log."""

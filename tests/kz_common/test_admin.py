@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from kz_common.admin import _drain, scan
+from kz_common.admin import _drain, assign_from, scan
 from kz_common.config import Settings
 from kz_common.exceptions import BrokerUnavailable
 from kz_common.topics import physical
@@ -24,8 +24,7 @@ def _slow_consumer(bootstrap: str, topic: str, wait_ms: int) -> tuple[KafkaConsu
                              auto_offset_reset="earliest", fetch_min_bytes=64 * 1024 * 1024,
                              fetch_max_wait_ms=wait_ms)
     tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
+    assign_from(consumer, tps, {})
     return consumer, tps
 
 
@@ -60,7 +59,7 @@ def test_a_scan_with_no_answer_raises_instead_of_returning_short(settings: Setti
 def test_a_scan_stops_at_the_end_it_first_saw(settings: Settings) -> None:
     topic = _twelve(settings)
     bootstrap = settings.kafka.bootstrap_servers or ""
-    seen = []
+    seen: list[bytes] = []
     for rec in scan(bootstrap, topic):
         if not seen:  # written while the scan runs, e.g. a replay into the topic it reads
             publish(settings, "extracted", [b"late%d" % i for i in range(6)], [b"%d" % i for i in range(6)])
