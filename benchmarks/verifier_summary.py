@@ -162,6 +162,10 @@ def pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
                                    if k != "oom_rerun_labels"),
             "lock": " ".join(f"{k}={t}" for k, t in
                              {"epoch_s": v.get("shared_epoch_s"), **(v.get("lock") or {})}.items()),
+            # per kind: n/p50/p90/p99/max/seconds in steps over 0.25 s, of steps and drains
+            "lock_steps": " ".join(f"{k}=" + "/".join(str(q.get(x)) for x in (
+                "n", "p50", "p90", "p99", "max", "over_250ms_s"))
+                for k, q in (v.get("lock_steps") or {}).items()),
             "holdout": " ".join(f"{k}={t:.3g}" for k, t in (v.get("holdout") or {}).items()),
             "cpu_busy": (v.get("host") or {}).get("cpu_busy_mean"),
             "gpu_util": (v.get("host") or {}).get("gpu_util_mean"),
@@ -184,7 +188,7 @@ PASS_COLS = ["pass", "candidates", "wall_s", "per_min", "mid_per_min", "earlier_
              "first_done_s",
              "median_cand_s", "warm_starts", "occupancy", "stopped", "slot_clock", "gpu_memory",
              "exclusive",
-             "lock",
+             "lock", "lock_steps",
              "holdout", "cpu_busy", "gpu_util", "gpu_mem_mib", "parent", "cpu_s_per_cand",
              "sandbox_cpu", "spread_med",
              "timing_diag", "honest_passed", "cheats_rejected", "phases", "steps", "harness",

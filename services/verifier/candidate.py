@@ -175,7 +175,7 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
     _report_failures(o, report, job, res)
     hs = report.get("steps_s")  # the harness's own clock: diagnostics, decides nothing
     if isinstance(hs, dict):
-        o.details["harness_steps_s"] = {str(k)[:32]: v for k, v in list(hs.items())[:24]
+        o.details["harness_steps_s"] = {str(k)[:32]: v for k, v in list(hs.items())[:40]
                                         if isinstance(v, (int, float))}
     cpu = report.get("cpu_s")  # the harness's own CPU clock: diagnostics too
     if isinstance(cpu, dict):

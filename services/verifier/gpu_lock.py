@@ -44,6 +44,10 @@ class GpuLock:
         self._totals: dict[str, float] = {"closed_s": 0.0, "drain_s": 0.0, "exclusive_s": 0.0,
                                            "batches": 0, "exclusive": 0}
         self._local = threading.local()  # per thread: what its last exclusive() waited for
+        # per kind of holder: each shared step's length, and each drain it ended (diagnostics:
+        # whether a few long steps or many short ones keep the timed phases waiting)
+        self._lengths: dict[str, list[float]] = {}
+        self._drains: dict[str, list[float]] = {}
 
     def last_exclusive_wait(self) -> dict[str, float]:
         """Seconds the calling thread's last `exclusive` waited for the shared epoch's
@@ -59,6 +63,25 @@ class GpuLock:
             if self._closing:
                 out["closed_s"] += time.monotonic() - self._closed_at
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+    def step_profile(self, since: dict[str, int] | None = None) -> dict[str, dict[str, float]]:
+        """Per kind of holder: quantiles of its shared steps' lengths (`steps`) and of the
+        drains it ended (`drains`), over the steps and drains after `since` (counts from an
+        earlier `step_counts()`). Diagnostics: a drain lasts as long as the longest step in
+        flight, so the steps' tail, not their mean, keeps timed phases waiting."""
+        since = since or {}
+        with self._cv:
+            lengths = {k: v[since.get(f"steps_{k}", 0):] for k, v in self._lengths.items()}
+            drains = {k: v[since.get(f"drains_{k}", 0):] for k, v in self._drains.items()}
+        return {f"{what}_{k}": _quantiles(v) for what, d in (("steps", lengths),
+                                                              ("drains", drains))
+                for k, v in sorted(d.items()) if v}
+
+    def step_counts(self) -> dict[str, int]:
+        """Where `step_profile(since=...)` starts counting from now on."""
+        with self._cv:
+            return {**{f"steps_{k}": len(v) for k, v in self._lengths.items()},
+                    **{f"drains_{k}": len(v) for k, v in self._drains.items()}}
 
     def of_kind(self, kind: str) -> KindOfHolder:
         """This lock as one kind of holder uses it: its shared steps are counted under
@@ -87,9 +110,11 @@ class GpuLock:
         now, t = time.monotonic(), self._totals
         t[f"steps_{kind}"] = t.get(f"steps_{kind}", 0) + 1
         t[f"held_{kind}_s"] = t.get(f"held_{kind}_s", 0.0) + now - start
+        _capped(self._lengths.setdefault(kind, []), now - start)
         if self._admitting and not self._readers:
             t[f"drain_last_{kind}"] = t.get(f"drain_last_{kind}", 0) + 1
             t[f"drain_last_{kind}_s"] = t.get(f"drain_last_{kind}_s", 0.0) + now - self._closed_at
+            _capped(self._drains.setdefault(kind, []), now - self._closed_at)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -154,6 +179,25 @@ class GpuLock:
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_KEEP = 100_000  # lengths kept per kind (a 483-candidate batch has ~5000 shared steps)
+
+
+def _capped(xs: list[float], x: float) -> None:
+    if len(xs) < _KEEP:
+        xs.append(x)
+
+
+def _quantiles(xs: list[float]) -> dict[str, float]:
+    """n, p50, p90, p99, max and the total (s) of the steps over 0.25 s."""
+    v = sorted(xs)
+
+    def q(p: float) -> float:
+        return round(v[min(len(v) - 1, int(p * len(v)))], 4)
+
+    return {"n": len(v), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": round(v[-1], 4),
+            "over_250ms_s": round(sum(x for x in v if x > 0.25), 3)}
 
 
 class KindOfHolder:

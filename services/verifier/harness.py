@@ -34,45 +34,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_
 from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_records import Pending  # noqa: E402
-from kz_trace import (POISON_RESERVE, WRAPPED, PassThrough, State, Tracer,  # noqa: E402
-                      compiling_only, configure, install_launch_counter, poison_allocator)
+from kz_trace import (WRAPPED, State, Tracer, compiling_only, configure,  # noqa: E402
+                      install_launch_counter, poison_allocator, prewarm, reserve_poison)
 
-
-def _prewarm() -> None:
-    """Import Triton and load its driver module (a gcc build in a fresh cache) while no
-    candidate waits, and run one op under a dispatch mode (torch 2.11 imported
-    torch._dynamo at the first mode entry: 6 s in every candidate's first call on the H200)."""
-    try:
-        with torch.no_grad(), PassThrough():
-            torch.zeros(4).add_(1)
-        import triton
-        import triton.language  # noqa: F401
-
-        if torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET"):
-            triton.runtime.driver.active.utils  # noqa: B018 - the load is the point
-            torch.empty(1, device="cuda")  # the CUDA context: 0.3-2 s on a busy host
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _reserve_poison() -> None:
-    """The poisoning's first block, cached while the slot waits for its job: otherwise a
-    cudaMalloc in the first correctness call, under the shared lock. After KZ-WARM: a slot
-    taken at once waits for it in its start, one that waited for its job pays nothing. (It
-    was moved here as the suspect for 1.12's cold starts, 39-48% against 8-10% on 1.11; the
-    move did not bring them back: 73 of 159 warm against 70 before, side by side on an
-    H100, eighteenth session. The cause is still open.)"""
-    if torch.cuda.is_initialized():
-        try:
-            torch.empty(POISON_RESERVE, dtype=torch.uint8, device="cuda")
-        except Exception:  # noqa: BLE001 - the first call reserves it then
-            pass
-
-
-_prewarm()
+prewarm()  # Triton, its driver and the CUDA context while no candidate waits
 _CPU_WARM = round(time.process_time(), 3)  # CPU seconds of the start-up (diagnostics)
 _CTRL.write("KZ-WARM\n")
-_reserve_poison()
+reserve_poison()
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 _load, _save, _equal, _pin = torch.load, torch.save, torch.equal, torch.Tensor.pin_memory
@@ -84,13 +52,31 @@ REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [
 _T0 = [time.monotonic()]
 
 
+_STEP: dict[str, float] = {}  # the current shared step (GO to the next word): its parts
+
+
 def _mark(step: str, since: list[float] = _T0) -> None:
     """Seconds since the last mark, per step: diagnostics only (the parent never trusts them).
     Steps inside a call pass their own `since` and add up over the calls."""
     now = time.monotonic()
     steps = REPORT.setdefault("steps_s", {})
     steps[step] = round(steps.get(step, 0.0) + now - since[0], 4)
+    if "go" in _STEP:  # inside a shared step: only its own part of the lap
+        _STEP[step] = _STEP.get(step, 0.0) + now - max(since[0], _STEP["go"])
     since[0] = now
+
+
+def _step_ended() -> None:
+    """A shared step ended: keep it, with its parts, if it is the longest (diagnostics: a
+    timed phase on the host waits for the longest step in flight)."""
+    t0 = _STEP.pop("go", None)
+    steps = REPORT.setdefault("steps_s", {})
+    if t0 is not None and time.monotonic() - t0 > steps.get("step_max", 0.0):
+        for k in [k for k in steps if k.startswith("step_max")]:
+            del steps[k]
+        steps["step_max"] = round(time.monotonic() - t0, 4)
+        steps.update({f"step_max_{k}": round(v, 4) for k, v in _STEP.items()})
+    _STEP.clear()
 
 
 def _import_solution() -> object:
@@ -190,6 +176,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         # device without it (0.3-0.4 s per candidate on the H200; every timed phase
         # on the host waited for such steps to end). Only this harness runs meanwhile.
         _CTRL.write("KZ-IDLE\n")
+        _step_ended()
     # The timed sets are correctness trials, already read for the calls (`loaded`: a
     # candidate that altered those host copies gets outputs the parent finds wrong).
     part = [time.monotonic()]  # the parts of `timing_inputs` (0.87 s median, H100 batch)
@@ -295,6 +282,7 @@ def _gate(word: str, meanwhile: Callable[[], bool] | None = None) -> bool:
     (KZ-HOLDOUTS), wait for GO (CUDA only), calling `meanwhile()` until GO or False."""
     if not JOB.get("gated"):
         return True
+    _step_ended()
     _CTRL.write(word + "\n")
     if meanwhile is not None:
         t = time.monotonic()
@@ -302,7 +290,11 @@ def _gate(word: str, meanwhile: Callable[[], bool] | None = None) -> bool:
             pass
         steps = REPORT.setdefault("steps_s", {})
         steps[f"{word}_meanwhile"] = round(time.monotonic() - t, 4)
-    return sys.stdin.readline().strip() == "GO"
+    go = sys.stdin.readline().strip() == "GO"
+    if word in ("KZ-SHARED", "KZ-YIELD"):
+        _STEP.clear()
+        _STEP["go"] = time.monotonic()
+    return go
 
 
 def _warmup(models: dict[int, torch.nn.Module], inputs: list[list],
@@ -395,6 +387,7 @@ def main() -> None:
         REPORT["integrity"] = _integrity()
     elif JOB.get("gated"):
         _CTRL.write("KZ-DONE\n")  # not timed: the shared lock is free while outputs are saved
+        _step_ended()
     PENDING.flush()
     _mark("save_outputs")
     _write_report()

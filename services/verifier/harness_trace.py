@@ -1,6 +1,6 @@
 """Runtime instrumentation of the sandboxed harness (copied next to it as kz_trace.py):
-the Triton launch counter, the aten tracer (which also poisons fresh allocations) and
-the CUDA allocator's poisoning.
+the Triton launch counter, the aten tracer (which also poisons fresh allocations), the
+CUDA allocator's poisoning, and the slot's start-up warm-up of all three.
 
 Standalone (torch and triton only) and imported by the harness before the solution, so
 every function captured here is the real one. `configure` gives it the job's rules.
@@ -8,6 +8,7 @@ every function captured here is the real one. `configure` gives it the job's rul
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -221,3 +222,34 @@ def _pieces(pool: str, size: int) -> list[int]:
 
 def _nan_block(nbytes: int) -> torch.Tensor:
     return torch.full((nbytes // 4,), float("nan"), dtype=torch.float32, device="cuda")
+
+
+def prewarm() -> None:
+    """Import Triton and load its driver module (a gcc build in a fresh cache) while no
+    candidate waits, and run one op under a dispatch mode (torch 2.11 imported
+    torch._dynamo at the first mode entry: 6 s in every candidate's first call on the H200)."""
+    try:
+        with torch.no_grad(), PassThrough():
+            torch.zeros(4).add_(1)
+        import triton
+        import triton.language  # noqa: F401
+
+        if torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET"):
+            triton.runtime.driver.active.utils  # noqa: B018 - the load is the point
+            torch.empty(1, device="cuda")  # the CUDA context: 0.3-2 s on a busy host
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def reserve_poison() -> None:
+    """The poisoning's first block, cached while the slot waits for its job: otherwise a
+    cudaMalloc in the first correctness call, under the shared lock. After KZ-WARM: a slot
+    taken at once waits for it in its start, one that waited for its job pays nothing. (It
+    was moved here as the suspect for 1.12's cold starts, 39-48% against 8-10% on 1.11; the
+    move did not bring them back: 73 of 159 warm against 70 before, side by side on an
+    H100, eighteenth session. The cause is still open.)"""
+    if torch.cuda.is_initialized():
+        try:
+            torch.empty(POISON_RESERVE, dtype=torch.uint8, device="cuda")
+        except Exception:  # noqa: BLE001 - the first call reserves it then
+            pass

@@ -59,10 +59,28 @@ _KEPT_INPUTS: dict[str, list] = {}  # trial file name -> its inputs (the timed r
 _STEPS: dict[str, float] = {"draw": 0.0, "gate": 0.0, "hi": 0.0, "host": 0.0, "yield": 0.0}
 
 
+# The current shared step (GO to PAUSE) and the longest one so far, with its parts
+# (diagnostics: a timed phase waits for the longest step in flight on the host)
+_STEP: dict[str, float] = {}
+_LONGEST: dict[str, float] = {"step_max": 0.0}
+
+
 def _lap(step: str, since: float) -> float:
     now = time.monotonic()
-    _STEPS[step] += now - since
+    _STEPS[step] = _STEPS.get(step, 0.0) + now - since
+    if "go" in _STEP:  # inside a shared step: only its own part of the lap
+        _STEP[step] = _STEP.get(step, 0.0) + now - max(since, _STEP["go"])
     return now
+
+
+def _step_ended() -> None:
+    """A shared step ended (PAUSE or the shared phase's end): keep it if the longest."""
+    t0 = _STEP.pop("go", None)
+    if t0 is not None and time.monotonic() - t0 > _LONGEST["step_max"]:
+        _LONGEST.clear()
+        _LONGEST["step_max"] = time.monotonic() - t0
+        _LONGEST.update({f"step_max_{k}": v for k, v in _STEP.items()})
+    _STEP.clear()
 
 
 def _nbytes(obj: object) -> int:
@@ -182,6 +200,7 @@ def _trial(mod: object, model: torch.nn.Module, hi: torch.nn.Module | None, s: i
 
 
 def _shape(mod: object, s: int, overrides: dict) -> torch.nn.Module:
+    clock = time.monotonic()
     set_dims(mod, overrides)
     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
     init_seed = next(_SEEDS)
@@ -193,6 +212,7 @@ def _shape(mod: object, s: int, overrides: dict) -> torch.nn.Module:
         torch.save(state, os.path.join(JOB["work"], "inputs", state_file))
     META["shapes"].append({"overrides": overrides, "dims": dims(mod), "init_file": f"init_{s}.pt",
                            "init_seed": init_seed, "state_file": state_file})
+    _lap("shape", clock)
     return model
 
 
@@ -249,6 +269,7 @@ def _publish() -> None:
     the first verdicts of a batch waiting behind it). The files are written lock-free."""
     if JOB.get("gated"):
         _CTRL.write("KZ-IDLE\n")
+    _step_ended()
     _flush()
     tmp = os.path.join(JOB["work"], JOB["published"] + ".tmp")
     with open(tmp, "w") as f:
@@ -305,6 +326,7 @@ def _pause() -> None:
     """Let the shared GPU lock go for lock-free work (_resume asks for it again)."""
     if JOB.get("gated"):
         _CTRL.write("KZ-PAUSE\n")
+    _step_ended()
     _PAUSED[0] = True
 
 
@@ -326,6 +348,9 @@ def _gate(word: str) -> bool:
     go = sys.stdin.readline().strip() == "GO"
     if word == "KZ-YIELD":
         _lap("yield", t)
+    if word != "KZ-READY":  # a shared step begins
+        _STEP.clear()
+        _STEP["go"] = time.monotonic()
     return go
 
 
@@ -356,7 +381,8 @@ def main() -> None:
     META["hi_ref_s"] = round(HI.spent_s, 4)
     META["steps_s"] = {"startup": round(_STARTUP_S, 3),  # diagnostics only
                        "trials": round(time.monotonic() - _T0, 3),
-                       **{f"trials_{k}": round(v, 3) for k, v in _STEPS.items()}}
+                       **{f"trials_{k}": round(v, 3) for k, v in _STEPS.items()},
+                       **{k: round(v, 4) for k, v in _LONGEST.items()}}
     t_save = time.monotonic()
     if JOB.get("timing"):
         META["timing"] = _plan()

@@ -260,3 +260,8 @@ def test_a_trial_copies_and_saves_its_tensors_without_the_gpu_lock(
     # the host lap is there (on the CPU it can round to 0.0 ms: tiny tensors)
     assert trials > 1 and b.refs and "trials_host" in b.meta["steps_s"]
     assert Counting.steps == trials  # SHARED, then a YIELD before each later trial
+    # the longest shared step, with its parts: the host copies and the waits are outside it
+    steps = b.meta["steps_s"]
+    parts = {k[len("step_max_"):]: v for k, v in steps.items() if k.startswith("step_max_")}
+    assert steps["step_max"] > 0 and set(parts) <= {"shape", "draw", "gate", "hi"}, steps
+    assert "draw" in parts and sum(parts.values()) <= steps["step_max"] + 1e-3

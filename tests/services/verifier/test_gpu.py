@@ -77,6 +77,11 @@ def test_an_autotuned_kernel_is_tuned_under_the_lock_not_in_the_lock_free_warm_u
     assert r.perf_measured and r.timings and r.timings.candidate_ms > 0
     steps = r.details["harness_steps_s"]
     assert steps.get("tune", 0) > 0.1 and steps["call_forward"] < steps["tune"], steps
+    # the longest shared step is the tuning one, with its parts (the lock's wait outside it)
+    parts = {k[len("step_max_"):]: v for k, v in steps.items() if k.startswith("step_max_")}
+    assert steps["step_max"] >= parts["tune"] > 0.1 and parts.get("shared_wait", 0) < 0.05, steps
+    assert set(parts) <= {"shared_wait", "rebuild", "tune", "call_inputs", "call_poison",
+                          "call_forward", "call_checks"}, steps
 
 
 # add_ok.py, looking for its holdout files in every call. Not a solution the static stage

@@ -184,3 +184,23 @@ def test_each_kind_of_holder_counts_its_steps_and_the_drains_it_ended(tmp_path: 
     assert st["held_reference_s"] >= 0.3 > st["held_harness_s"]
     assert st["drain_last_reference"] == 1 and "drain_last_harness" not in st
     assert 0.2 < st["drain_last_reference_s"] <= st["drain_s"] + 1e-3
+    prof = lock.step_profile()
+    assert prof["steps_reference"]["n"] == 1 and prof["steps_reference"]["max"] >= 0.3
+    assert prof["steps_reference"]["over_250ms_s"] >= 0.3
+    assert prof["steps_harness"]["over_250ms_s"] == 0
+    assert prof["drains_reference"]["n"] == 1 and "drains_harness" not in prof
+    assert abs(prof["drains_reference"]["max"] - st["drain_last_reference_s"]) < 1e-3
+
+
+def test_the_step_profile_counts_only_what_came_after_a_mark(tmp_path: Path) -> None:
+    lock = _lock(tmp_path, 0.0)
+    for seconds in (0.01, 0.01):
+        with lock.shared("harness"):
+            time.sleep(seconds)
+    mark = lock.step_counts()
+    assert mark == {"steps_harness": 2}
+    with lock.shared("harness"):
+        time.sleep(0.05)
+    prof = lock.step_profile(since=mark)["steps_harness"]
+    assert prof["n"] == 1 and prof["p50"] >= 0.05
+    assert lock.step_profile()["steps_harness"]["n"] == 3
