@@ -35,12 +35,14 @@ from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_records import Pending  # noqa: E402
 from kz_trace import (WRAPPED, State, Tracer, compiling_only, configure,  # noqa: E402
-                      install_launch_counter, poison_allocator, prewarm, reserve_poison)
+                      install_launch_counter, poison_allocator, prewarm, reserve_poison,
+                      warm_kernels)
 
 prewarm()  # Triton, its driver and the CUDA context while no candidate waits
 _CPU_WARM = round(time.process_time(), 3)  # CPU seconds of the start-up (diagnostics)
 _CTRL.write("KZ-WARM\n")
 reserve_poison()
+warm_kernels()  # the first call's kernel loads, off the shared lock
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 _load, _save, _equal, _pin = torch.load, torch.save, torch.equal, torch.Tensor.pin_memory

@@ -32,12 +32,17 @@ import torch  # noqa: E402
 # live in this bundle's private dir and the parent reads them straight back.
 getattr(torch.serialization, "set_crc32_options", lambda _: None)(False)
 from kz_hi import HiReference  # noqa: E402
-from kz_numerics import Tol, trivial_matches  # noqa: E402
+from kz_numerics import Tol, trivial_matches, warm_kernels  # noqa: E402
 from kz_problem_api import build, dims, flatten, load, select_shapes, set_dims  # noqa: E402
 
 if torch.cuda.is_available():
     torch.empty(1, device="cuda")
 _CTRL.write("KZ-WARM\n")
+try:  # while no job waits: a first trial would load these kernels under the shared lock
+    if torch.cuda.is_available():
+        warm_kernels("cuda")
+except Exception:  # noqa: BLE001 - the first trial loads them then
+    pass
 _STARTUP_S = time.monotonic() - _T0
 JOB = json.loads(sys.stdin.readline())
 _T0 = time.monotonic()

@@ -137,3 +137,12 @@ def test_float64_reference_for_half_outputs() -> None:
         r = ref[i:i + 1]
         assert compare_refs(out[i:i + 1], r, accurate_reference(r, _gelu_model(
             h[i:i + 1].double()), tol), tol).ok, float(h[i])
+
+
+def test_the_reference_workers_warm_up_runs_every_trial_kernel_for_every_dtype() -> None:
+    """warm_kernels draws, gates and rounds a float64 reference once per dtype (on the GPU:
+    in the worker's start-up, so that the first trial under the shared lock loads no
+    kernel). Here on the CPU: every op is valid for every dtype; it raises otherwise."""
+    from services.verifier.numerics import warm_kernels
+
+    warm_kernels("cpu")

@@ -100,3 +100,10 @@ def test_poisoning_fills_every_free_block_and_reserves_memory_once() -> None:
     for n, g in zip(sizes + (trace.POISON_RESERVE // 8,), got):
         assert bool(torch.isnan(g).all()), f"{n} elements handed out unpoisoned"
     assert bool((kept == 1).all())
+
+
+def test_the_start_up_warm_up_runs_every_kernel_of_a_call_for_every_dtype() -> None:
+    """warm_kernels launches, once per dtype, what the harness's own steps launch in a
+    call (on the GPU: in the slot's start-up, so that the first call under the shared
+    lock loads no kernel). Here on the CPU: every op is valid for every dtype."""
+    assert trace.warm_kernels("cpu") is True
