@@ -42,7 +42,9 @@ prewarm()  # Triton, its driver and the CUDA context while no candidate waits
 _CPU_WARM = round(time.process_time(), 3)  # CPU seconds of the start-up (diagnostics)
 _CTRL.write("KZ-WARM\n")
 reserve_poison()
+_WARM_S = time.monotonic()
 warm_kernels()  # the first call's kernel loads, off the shared lock
+_WARM_S = round(time.monotonic() - _WARM_S, 4)  # its seconds (diagnostics)
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 _load, _save, _equal, _pin = torch.load, torch.save, torch.equal, torch.Tensor.pin_memory
@@ -50,7 +52,8 @@ _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])
 DEVICE = JOB["device"]
-REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": []}
+REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [],
+                "steps_s": {"warm_kernels": _WARM_S}}
 _T0 = [time.monotonic()]
 
 
@@ -63,7 +66,7 @@ def _mark(step: str, since: list[float] = _T0) -> None:
     now = time.monotonic()
     steps = REPORT.setdefault("steps_s", {})
     steps[step] = round(steps.get(step, 0.0) + now - since[0], 4)
-    if "go" in _STEP:  # inside a shared step: only its own part of the lap
+    if "go" in _STEP and step != "calls":  # a part of this shared step (not the calls' total)
         _STEP[step] = _STEP.get(step, 0.0) + now - max(since[0], _STEP["go"])
     since[0] = now
 
