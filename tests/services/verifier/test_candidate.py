@@ -1,5 +1,5 @@
 """Where the parent compares a candidate's outputs (CPU: the GPU path itself runs in test_gpu.py),
-and how it judges the holdout runs.
+and how it judges them (judgement.py) and the holdout runs.
 
 On a GPU host large outputs are compared on the GPU under the shared lock; small ones on the
 host's CPU, taking no lock (each lock taken may wait for a timed phase)."""
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from services.verifier import candidate
 from services.verifier import compare_device as C
+from services.verifier import judgement
 from services.verifier.numerics import Tol
 from services.verifier.options import VerifyOptions
 from services.verifier.reference import ReferenceBundle
@@ -86,16 +86,43 @@ def test_a_staged_copy_is_compared_but_the_record_is_what_is_checked() -> None:
     bundle = _bundle_with_holdouts()
     x = bundle.inputs[0][0]
     right = x * 2
-    o = candidate.Outcome()
-    candidate._check_call(o, {"outputs": [x], "inputs_after": [x]}, 0, bundle, "call 0",
-                          staged=[right.clone()])  # the copy would pass: the record does not
+    o = judgement.Outcome()
+    judgement._check_call(o, {"outputs": [x], "inputs_after": [x]}, 0, bundle, "call 0",
+                          place=judgement.on_host(staged=[right.clone()]))  # the record fails
     assert o.failures and "output alias" in o.failures[0][1]
-    o = candidate.Outcome()
-    candidate._check_call(o, _call(right), 0, bundle, "call 0", staged=[right + 1])
+    o = judgement.Outcome()
+    judgement._check_call(o, _call(right), 0, bundle, "call 0",
+                          place=judgement.on_host(staged=[right + 1]))
     assert o.failures and o.failures[0][0] == "numerics"
-    o = candidate.Outcome()
-    candidate._check_call(o, _call(right), 0, bundle, "call 0", staged=[right.clone()])
+    o = judgement.Outcome()
+    judgement._check_call(o, _call(right), 0, bundle, "call 0",
+                          place=judgement.on_host(staged=[right.clone()]))
     assert not o.failures
+
+
+def test_only_the_compare_holds_the_place_the_host_checks_come_before_it() -> None:
+    """A record's host-side checks (here: its inputs came back modified) are done before
+    its place (on a GPU host: the shared GPU lock) is taken, and its compare's failure is
+    named (here: a constant output, its input) after the place is left. A record with nothing
+    left to compare (every output of the wrong shape) takes no place at all."""
+    bundle = _bundle_with_holdouts()
+    x = bundle.inputs[0][0]
+    o, seen = judgement.Outcome(), []
+
+    @contextmanager
+    def place(data: object) -> Iterator[tuple[str, None]]:
+        seen.append(list(o.failures))
+        yield "cpu", None
+        seen.append(list(o.failures))
+
+    judgement._check_call(o, {"outputs": [x.clone()], "inputs_after": [x + 1]}, 0, bundle,
+                          "call 0", expect_inputs=True, place=place)
+    assert seen == [[("runtime", "call 0: inputs were modified (input mutation)")]] * 2
+    assert o.failures[-1][0] == "numerics" and o.failures[-1][1].endswith("(constant output)")
+    seen.clear()
+    judgement._check_call(judgement.Outcome(), _call(torch.zeros(3)), 0, bundle, "call 0",
+                          place=place)
+    assert seen == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -131,19 +158,19 @@ def _held(bundle: ReferenceBundle, wrong: int | None = None) -> list[dict[str, o
 ])
 def test_holdout_runs_bound_the_reported_time_from_below(
         holdout_ms: list[float], median: float, raised: bool) -> None:
-    bundle, o = _bundle_with_holdouts(), candidate.Outcome()
+    bundle, o = _bundle_with_holdouts(), judgement.Outcome()
     o.timing = {"median_ms": 1.0}
-    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": holdout_ms}},
-                              bundle, "cpu", [None, None])
+    judgement._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": holdout_ms}},
+                              bundle)
     assert not o.failures and o.timing["median_ms"] == pytest.approx(median)
     assert o.timing.get("holdout_raised", False) == raised
 
 
 def test_a_cache_by_input_contents_is_rejected_by_its_holdout_runs() -> None:
-    bundle, o = _bundle_with_holdouts(), candidate.Outcome()
+    bundle, o = _bundle_with_holdouts(), judgement.Outcome()
     o.timing = {"median_ms": 0.45}  # the timed runs, served from a cache (H200: 2.2-3.9x)
-    candidate._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": [1.0, 1.02]}},
-                              bundle, "cpu", [None, None])
+    judgement._check_holdouts(o, _held(bundle), {"timing": {"holdout_ms": [1.0, 1.02]}},
+                              bundle)
     assert o.failures and o.failures[0][0] == "timing"
     assert "outputs cached by input contents" in o.failures[0][1]
 
@@ -156,9 +183,9 @@ def test_a_cache_by_input_contents_is_rejected_by_its_holdout_runs() -> None:
 ])
 def test_holdout_runs_must_be_timed_and_correct(report: dict[str, object],
                                                 held_wrong: int | None, expect: str) -> None:
-    bundle, o = _bundle_with_holdouts(), candidate.Outcome()
+    bundle, o = _bundle_with_holdouts(), judgement.Outcome()
     o.timing = {"median_ms": 1.0}
-    candidate._check_holdouts(o, _held(bundle, held_wrong), report, bundle, "cpu", [None, None])
+    judgement._check_holdouts(o, _held(bundle, held_wrong), report, bundle)
     assert o.failures and o.failures[0][0] == "timing" and expect in o.failures[0][1]
 
 

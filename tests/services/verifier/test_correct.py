@@ -97,7 +97,7 @@ def test_memoised_output_is_named_for_any_output_kind() -> None:
     empty outputs included (no hashing: numpy has no bfloat16, an empty tensor no bytes)."""
     import torch
 
-    from services.verifier.candidate import Outcome, _name_it
+    from services.verifier.judgement import Outcome, _name_it
 
     o = Outcome()
     a, b = torch.tensor([1.0, 2.0], dtype=torch.bfloat16), torch.zeros(3, dtype=torch.bfloat16)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from services.verifier import candidate, gpu_memory
+from services.verifier import candidate, gpu_memory, judgement
 from services.verifier.core import Session
 from services.verifier.exceptions import ProblemError
 from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
@@ -224,11 +224,11 @@ def _starved(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, error: Exception) -
 def test_a_compare_the_device_has_no_memory_for_runs_on_the_host(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     b = _starved(tmp_path, monkeypatch, torch.OutOfMemoryError(TORCH_OOM))
-    right, wrong = candidate.Outcome(), candidate.Outcome()
-    candidate._check_call(right, {"outputs": [torch.arange(6.0)]}, 0, b, "call 0",
-                          device="cuda")
-    candidate._check_call(wrong, {"outputs": [torch.arange(6.0) + 1]}, 0, b, "call 0",
-                          device="cuda")
+    right, wrong = judgement.Outcome(), judgement.Outcome()
+    judgement._check_call(right, {"outputs": [torch.arange(6.0)]}, 0, b, "call 0",
+                          place=judgement.on_host("cuda"))
+    judgement._check_call(wrong, {"outputs": [torch.arange(6.0) + 1]}, 0, b, "call 0",
+                          place=judgement.on_host("cuda"))
     assert right.failures == []
     assert [s for s, _ in wrong.failures] == ["numerics"]
 
@@ -237,8 +237,8 @@ def test_other_device_errors_in_a_compare_are_not_taken_for_memory(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     b = _starved(tmp_path, monkeypatch, RuntimeError("CUDA error: an illegal memory access"))
     with pytest.raises(RuntimeError, match="illegal"):
-        candidate._check_call(candidate.Outcome(), {"outputs": [torch.arange(6.0)]}, 0, b,
-                              "call 0", device="cuda")
+        judgement._check_call(judgement.Outcome(), {"outputs": [torch.arange(6.0)]}, 0, b,
+                              "call 0", place=judgement.on_host("cuda"))
 
 
 def _baselines_fail(monkeypatch: pytest.MonkeyPatch, error: str, builds: int) -> list[Any]:
