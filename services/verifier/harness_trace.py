@@ -266,8 +266,8 @@ def warm_kernels(device: str = "cuda") -> bool:
     the slot waits for its job. CUDA loads a kernel at its first launch (lazy module
     loading), and a first call paid those loads under the shared GPU lock, which every timed
     phase on the host waits for: in an H100 batch a sandbox's longest shared step was its
-    first call, 0.44 s median (its poisoning 0.25 s, its checks 0.14 s), where a later call's
-    steps took ~0.03 s. Trusted code on a few bytes: nothing a timed run could feel. True
+    first call, 0.44 s median (its poisoning 0.25 s, its checks 0.14 s), where the median
+    step took ~5 ms. Trusted code on a few bytes: nothing a timed run could feel. True
     if every kernel ran (else the first call loads the rest)."""
     if device == "cuda" and not torch.cuda.is_initialized():
         return False
