@@ -191,9 +191,11 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
                         else out
                     cmps.append(_compare(same, bundle, i, j, device))
     results = iter(cmps)
-    for j, out in todo:  # in output order, as each output's first failure would read
+    # The compares' verdicts, in output order, after any structure failure _host_checks
+    # recorded (the verdict's stage is the earliest pipeline stage whatever the order).
+    for j, out in todo:
         if out is None:
-            continue  # its structure failed: recorded by _host_checks, in order
+            continue
         cmp = next(results)
         o.max_rel_error = max(o.max_rel_error or 0.0, cmp.max_rel_error)
         if not cmp.ok:
