@@ -33,25 +33,25 @@ def output_bytes(data: Any) -> int:
 
 @contextmanager
 def where(options: VerifyOptions, gates: sandbox.Gates | None, steps: dict[str, float],
-          datas: list[Any]) -> Iterator[tuple[str, list[Any]]]:
-    """Where the parent compares the outputs of `datas` (loaded records) with references,
+          data: Any) -> Iterator[tuple[str, list[Any] | None]]:
+    """Where the parent compares the outputs of `data` (a loaded record) with references,
     and their staged copies (`Stager`; None where there are none): on a GPU host the GPU
     itself for large outputs (a 256 MB fp32 output costs ~1 s of the host's CPU to compare,
     ~1 ms of the GPU's), under the shared lock so that no comparison runs while another
-    candidate is being timed; small ones on the CPU (CPU_COMPARE_BYTES). Taken per call,
+    candidate is being timed; small ones on the CPU (CPU_COMPARE_BYTES). Taken per record,
     not for a whole judgement: a timed phase waits for every shared holder to finish, and
     one judgement held it for 1.0-1.8 s in a busy H200 batch (the parent's 12 threads share
     one interpreter)."""
-    if options.device != "cuda" or sum(map(output_bytes, datas)) <= CPU_COMPARE_BYTES:
-        yield "cpu", [None] * len(datas)
+    if options.device != "cuda" or output_bytes(data) <= CPU_COMPARE_BYTES:
+        yield "cpu", None
         return
     t0 = time.monotonic()
-    with STAGER.stage(datas) as staged:
+    with STAGER.stage([data]) as staged:
         t1 = time.monotonic()
         steps["judge_stage"] = steps.get("judge_stage", 0.0) + t1 - t0
         with gates.shared("compare") if gates is not None else nullcontext():
             steps["judge_lock_wait"] = steps.get("judge_lock_wait", 0.0) + time.monotonic() - t1
-            yield "cuda", staged
+            yield "cuda", staged[0]
 
 
 # Outputs compared on the GPU are first copied, with no lock held, into page-locked host

@@ -125,13 +125,8 @@ def judge(work: Path, job: dict[str, Any], res: sandbox.RunResult, bundle: Refer
 
 def _gpu_place(options: VerifyOptions, gates: sandbox.Gates | None,
                steps: dict[str, float]) -> Place:
-    """compare_device.where, one record at a time (its lock waits and staging clocked)."""
-    @contextmanager
-    def place(data: Any) -> Iterator[tuple[str, list[Any] | None]]:
-        with C.where(options, gates, steps, [data]) as (device, staged):
-            yield device, staged[0]
-
-    return place
+    """compare_device.where for each record (its lock waits and staging clocked)."""
+    return lambda data: C.where(options, gates, steps, data)
 
 
 def _where(bundle: ReferenceBundle, i: int) -> str:
@@ -181,9 +176,8 @@ def _check_call(o: Outcome, data: Any, i: int, bundle: ReferenceBundle, where: s
     todo = _host_checks(o, data, i, bundle, where, expect_inputs)
     if todo is None:
         return
-    outs = [out for _, out in todo if out is not None]
     cmps: list[Comparison] = []
-    if outs:
+    if any(out is not None for _, out in todo):
         with (place or on_host())(data) as (device, staged):
             for j, out in todo:
                 if out is not None:

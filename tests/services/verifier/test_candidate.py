@@ -49,7 +49,7 @@ def test_small_outputs_are_compared_on_the_cpu_without_the_gpu_lock(
         device: str, n: int, expect: str, locks: int) -> None:
     gates, steps = _CountingGates(), {}  # type: ignore[var-annotated]
     data = _call(torch.empty(n, dtype=torch.float32))
-    with C.where(VerifyOptions(device=device), gates, steps, [data]) as (dev, _):  # type: ignore[arg-type]
+    with C.where(VerifyOptions(device=device), gates, steps, data) as (dev, _):  # type: ignore[arg-type]
         assert dev == expect
     assert gates.shared_taken == locks and ("judge_lock_wait" in steps) == bool(locks)
     assert gates.kinds == ({"compare"} if locks else set())  # counted apart from the harness
