@@ -85,7 +85,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
                             permit_at_done=early, pause_compiling=pause_compiling,
                             gpu_places=gpu_places, pause_starting=pause_starting)
     items = [(p, s) for _, p, s in batch]
-    earlier, lock0, mark0 = [], {}, {}
+    earlier, lock0 = [], {}
     if batches > 1:  # as VerifierCore._get_session makes it
         session = core.Session(options, warm_slots=core.warm_slots_for(options, workers))
         try:
@@ -99,7 +99,6 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             session.close()  # its fork server, sandboxes and reference workers
             raise
         lock0 = session.gpu.stats() if session.gpu else {}
-        mark0 = session.gpu.step_counts() if session.gpu else {}
     t0 = time.monotonic()
     with HostLoad() as load:  # what core.verify_many does, keeping the session's GPU lock
         if batches == 1:
@@ -108,7 +107,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
             reports = core.verify_batch(session, items, workers)
             lock = session.gpu.stats() if session.gpu else {}
             lock = {k: round(v - lock0.get(k, 0), 3) for k, v in lock.items()}
-            lock_steps = session.gpu.step_profile(since=mark0) if session.gpu else {}
+            lock_steps = session.gpu.step_profile(since=lock0) if session.gpu else {}
             wall = time.monotonic() - t0  # a service's session stays open: no close
         finally:
             session.close()

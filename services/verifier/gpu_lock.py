@@ -64,24 +64,19 @@ class GpuLock:
                 out["closed_s"] += time.monotonic() - self._closed_at
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
-    def step_profile(self, since: dict[str, int] | None = None) -> dict[str, dict[str, float]]:
+    def step_profile(self, since: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
         """Per kind of holder: quantiles of its shared steps' lengths (`steps`) and of the
-        drains it ended (`drains`), over the steps and drains after `since` (counts from an
-        earlier `step_counts()`). Diagnostics: a drain lasts as long as the longest step in
+        drains it ended (`drains`), over those after `since` (an earlier `stats()`: its
+        step and drain counts). Diagnostics: a drain lasts as long as the longest step in
         flight, so the steps' tail, not their mean, keeps timed phases waiting."""
         since = since or {}
         with self._cv:
-            lengths = {k: v[since.get(f"steps_{k}", 0):] for k, v in self._lengths.items()}
-            drains = {k: v[since.get(f"drains_{k}", 0):] for k, v in self._drains.items()}
+            lengths = {k: v[int(since.get(f"steps_{k}", 0)):] for k, v in self._lengths.items()}
+            drains = {k: v[int(since.get(f"drain_last_{k}", 0)):]
+                      for k, v in self._drains.items()}
         return {f"{what}_{k}": _quantiles(v) for what, d in (("steps", lengths),
                                                               ("drains", drains))
                 for k, v in sorted(d.items()) if v}
-
-    def step_counts(self) -> dict[str, int]:
-        """Where `step_profile(since=...)` starts counting from now on."""
-        with self._cv:
-            return {**{f"steps_{k}": len(v) for k, v in self._lengths.items()},
-                    **{f"drains_{k}": len(v) for k, v in self._drains.items()}}
 
     def of_kind(self, kind: str) -> KindOfHolder:
         """This lock as one kind of holder uses it: its shared steps are counted under
@@ -181,7 +176,9 @@ class GpuLock:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
 
-_KEEP = 100_000  # lengths kept per kind (a 483-candidate batch has ~5000 shared steps)
+# lengths kept per kind (a 483-candidate batch has ~5000 shared steps); the counts in stats()
+# go on, so past it a profile since a later mark is empty
+_KEEP = 100_000
 
 
 def _capped(xs: list[float], x: float) -> None:
