@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_
 from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_records import Pending  # noqa: E402
+from kz_timing_stats import LongestStep  # noqa: E402
 from kz_trace import (WRAPPED, State, Tracer, compiling_only, configure,  # noqa: E402
                       install_launch_counter, poison_allocator, prewarm, reserve_poison,
                       warm_kernels)
@@ -57,7 +58,7 @@ REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [
 _T0 = [time.monotonic()]
 
 
-_STEP: dict[str, float] = {}  # the current shared step (GO to the next word): its parts
+_STEP = LongestStep()  # the longest shared step (GO to the next word) and its laps
 
 
 def _mark(step: str, since: list[float] = _T0) -> None:
@@ -66,22 +67,18 @@ def _mark(step: str, since: list[float] = _T0) -> None:
     now = time.monotonic()
     steps = REPORT.setdefault("steps_s", {})
     steps[step] = round(steps.get(step, 0.0) + now - since[0], 4)
-    if "go" in _STEP and step != "calls":  # a part of this shared step (not the calls' total)
-        _STEP[step] = _STEP.get(step, 0.0) + now - max(since[0], _STEP["go"])
+    if step != "calls":  # a part of the current shared step (not the calls' total)
+        _STEP.lap(step, since[0], now)
     since[0] = now
 
 
 def _step_ended() -> None:
-    """A shared step ended: keep it, with its parts, if it is the longest (diagnostics: a
-    timed phase on the host waits for the longest step in flight)."""
-    t0 = _STEP.pop("go", None)
-    steps = REPORT.setdefault("steps_s", {})
-    if t0 is not None and time.monotonic() - t0 > steps.get("step_max", 0.0):
+    """A shared step ended: if it is the longest, it and its laps replace the last one."""
+    if _STEP.end():
+        steps = REPORT.setdefault("steps_s", {})
         for k in [k for k in steps if k.startswith("step_max")]:
             del steps[k]
-        steps["step_max"] = round(time.monotonic() - t0, 4)
-        steps.update({f"step_max_{k}": round(v, 4) for k, v in _STEP.items()})
-    _STEP.clear()
+        steps.update(_STEP.longest)
 
 
 def _import_solution() -> object:
@@ -297,8 +294,7 @@ def _gate(word: str, meanwhile: Callable[[], bool] | None = None) -> bool:
         steps[f"{word}_meanwhile"] = round(time.monotonic() - t, 4)
     go = sys.stdin.readline().strip() == "GO"
     if word in ("KZ-SHARED", "KZ-YIELD"):
-        _STEP.clear()
-        _STEP["go"] = time.monotonic()
+        _STEP.begin()
     return go
 
 

@@ -34,6 +34,7 @@ getattr(torch.serialization, "set_crc32_options", lambda _: None)(False)
 from kz_hi import HiReference  # noqa: E402
 from kz_numerics import Tol, trivial_matches, warm_kernels  # noqa: E402
 from kz_problem_api import build, dims, flatten, load, select_shapes, set_dims  # noqa: E402
+from kz_timing_stats import LongestStep  # noqa: E402
 
 if torch.cuda.is_available():
     torch.empty(1, device="cuda")
@@ -66,28 +67,14 @@ _KEPT_INPUTS: dict[str, list] = {}  # trial file name -> its inputs (the timed r
 _STEPS: dict[str, float] = {"draw": 0.0, "gate": 0.0, "hi": 0.0, "host": 0.0, "yield": 0.0}
 
 
-# The current shared step (GO to PAUSE) and the longest one so far, with its parts
-# (diagnostics: a timed phase waits for the longest step in flight on the host)
-_STEP: dict[str, float] = {}
-_LONGEST: dict[str, float] = {"step_max": 0.0}
+_STEP = LongestStep()  # the longest shared step (GO to PAUSE) and its laps: diagnostics
 
 
 def _lap(step: str, since: float) -> float:
     now = time.monotonic()
     _STEPS[step] = _STEPS.get(step, 0.0) + now - since
-    if "go" in _STEP:  # inside a shared step: only its own part of the lap
-        _STEP[step] = _STEP.get(step, 0.0) + now - max(since, _STEP["go"])
+    _STEP.lap(step, since, now)
     return now
-
-
-def _step_ended() -> None:
-    """A shared step ended (PAUSE or the shared phase's end): keep it if the longest."""
-    t0 = _STEP.pop("go", None)
-    if t0 is not None and time.monotonic() - t0 > _LONGEST["step_max"]:
-        _LONGEST.clear()
-        _LONGEST["step_max"] = time.monotonic() - t0
-        _LONGEST.update({f"step_max_{k}": v for k, v in _STEP.items()})
-    _STEP.clear()
 
 
 def _nbytes(obj: object) -> int:
@@ -276,7 +263,7 @@ def _publish() -> None:
     the first verdicts of a batch waiting behind it). The files are written lock-free."""
     if JOB.get("gated"):
         _CTRL.write("KZ-IDLE\n")
-    _step_ended()
+    _STEP.end()
     _flush()
     tmp = os.path.join(JOB["work"], JOB["published"] + ".tmp")
     with open(tmp, "w") as f:
@@ -333,7 +320,7 @@ def _pause() -> None:
     """Let the shared GPU lock go for lock-free work (_resume asks for it again)."""
     if JOB.get("gated"):
         _CTRL.write("KZ-PAUSE\n")
-    _step_ended()
+    _STEP.end()
     _PAUSED[0] = True
 
 
@@ -356,8 +343,7 @@ def _gate(word: str) -> bool:
     if word == "KZ-YIELD":
         _lap("yield", t)
     if word != "KZ-READY":  # a shared step begins
-        _STEP.clear()
-        _STEP["go"] = time.monotonic()
+        _STEP.begin()
     return go
 
 
@@ -390,7 +376,7 @@ def main() -> None:
                        "warm_kernels": round(_WARM_S, 3),
                        "trials": round(time.monotonic() - _T0, 3),
                        **{f"trials_{k}": round(v, 3) for k, v in _STEPS.items()},
-                       **{k: round(v, 4) for k, v in _LONGEST.items()}}
+                       **_STEP.longest}
     t_save = time.monotonic()
     if JOB.get("timing"):
         META["timing"] = _plan()

@@ -7,6 +7,7 @@ it into their sandboxes, where the repo is not visible.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,36 @@ class Shadow:
     def late_fraction(self, slack_ms: float = 0.0) -> float:
         late = sum(h > f + slack_ms for f, h in zip(self.flush_ms, self.host_ms))
         return late / max(1, len(self.host_ms))
+
+
+class LongestStep:
+    """The longest shared GPU-lock step a sandboxed process held (from its GO to the word that
+    ended it), with the laps inside it. Diagnostics: a timed phase on the host waits for the
+    longest shared step in flight (the harness's and the reference worker's steps)."""
+
+    def __init__(self) -> None:
+        self._go: float | None = None
+        self._parts: dict[str, float] = {}
+        self.longest: dict[str, float] = {"step_max": 0.0}  # step_max, step_max_<part>
+
+    def begin(self) -> None:
+        self._go, self._parts = time.monotonic(), {}
+
+    def lap(self, part: str, since: float, now: float) -> None:
+        """A lap from `since` to `now`: its part inside the current step, if any."""
+        if self._go is not None:
+            self._parts[part] = self._parts.get(part, 0.0) + now - max(since, self._go)
+
+    def end(self) -> bool:
+        """The current step (if any) ended; True if it is the longest so far."""
+        go, parts = self._go, self._parts
+        self._go, self._parts = None, {}
+        held = time.monotonic() - go if go is not None else 0.0
+        if held <= self.longest["step_max"]:
+            return False
+        self.longest = {"step_max": round(held, 4),
+                        **{f"step_max_{k}": round(v, 4) for k, v in parts.items()}}
+        return True
 
 
 def snapshot(out: Any, clone: Callable[[torch.Tensor], torch.Tensor]) -> Any:

@@ -253,3 +253,24 @@ def test_a_side_stream_flag_needs_a_second_loop_to_agree(late_end: tuple[int, ..
     assert (st["loop"] == "strict") == strict and st["last_outputs"] == ["out"]
 
 
+
+
+def test_the_longest_step_keeps_its_laps_inside_it_and_only_the_longest() -> None:
+    """A lap begun before its step counts only from the step's GO; a lap outside any step
+    counts nowhere; a shorter later step leaves the longest one as it was."""
+    import time
+
+    clock = timing_stats.LongestStep()
+    before = time.monotonic()
+    clock.lap("yield", before - 1.0, before)  # no step yet
+    clock.begin()
+    time.sleep(0.02)
+    now = time.monotonic()
+    clock.lap("draw", before - 5.0, now)  # begun long before the step
+    assert clock.end() is True
+    longest = dict(clock.longest)
+    assert set(longest) == {"step_max", "step_max_draw"}
+    assert 0.02 <= longest["step_max_draw"] <= longest["step_max"] < 1.0
+    clock.begin()
+    assert clock.end() is False and clock.longest == longest
+    assert clock.end() is False  # no step in flight
