@@ -115,11 +115,11 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
         wall = time.monotonic() - t0
     rows: list[dict[str, Any]] = []
     for (label, _, _), r in zip(batch, reports):
-        t = r.timings
+        tm = r.timings
         rows.append({"label": label, "passed": r.passed, "stage": r.stage,
                      "reasons": r.reasons[:3], "isolation": r.isolation,
-                     "candidate_ms": t.candidate_ms if t else None,
-                     "naive_ms": t.naive_ms if t else None, "spread": t.spread if t else None,
+                     "candidate_ms": tm.candidate_ms if tm else None,
+                     "naive_ms": tm.naive_ms if tm else None, "spread": tm.spread if tm else None,
                      "speedup_vs_naive": r.speedup_vs_naive,
                      "roofline": r.roofline_fraction, "wall_s": r.details.get("wall_s"),
                      "phase_s": r.details.get("phase_s"), "warm_start": r.details.get("warm_start"),
