@@ -354,13 +354,13 @@ class Process:
         self.ctrl.join(timeout=2)
 
     def _teardown(self) -> None:
-        if self.uid >= U.UID_BASE:
-            U.kill_uid(self.uid)
+        clean = U.kill_uid(self.uid) if self.uid >= U.UID_BASE else True
         if self.cg:
             self.cg.remove()
             self.cg = None
         if self.uid >= U.UID_BASE:
-            U.UIDS.release(self.uid)
+            if clean:  # else kept, never handed out again by this process
+                U.UIDS.release(self.uid)
             self.uid = -1
 
 

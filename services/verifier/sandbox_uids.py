@@ -11,6 +11,7 @@ import fcntl
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Collection
@@ -27,8 +28,11 @@ class UidPool:
     same uid range; a uid in use by another process would let candidates of the two
     signal or read each other, and one teardown's kill-by-uid would kill the other's
     candidate. So each uid is held by an flock on a file under a shared lock dir
-    (the kernel drops it when the holder dies: a crashed verifier leaks nothing).
+    (the kernel drops it when the holder dies: a crashed verifier leaks no uid).
     Containers sharing a kernel but not this dir must mount one dir in common.
+    A uid is handed out only with nothing running as it: what a crashed verifier's
+    candidates left behind, or a teardown could not end, is killed first (a uid whose
+    processes will not die is passed over), so a new candidate never shares its uid.
     """
 
     def __init__(self, size: int = UID_RANGE, lock_dir: str | None = None) -> None:
@@ -66,6 +70,9 @@ class UidPool:
             except OSError:
                 os.close(fd)
                 continue
+            if not kill_uid(uid):  # a process left as this uid would share it
+                os.close(fd)
+                continue
             self._held[uid] = fd
             return uid
         return None
@@ -85,20 +92,40 @@ def live_uid_processes(lo: int, hi: int, skip: Collection[object] = ()) -> list[
     return out
 
 
-def kill_uid(uid: int) -> None:
-    """Kill every process still running as the slot's uid (escaped process groups)."""
-    for _ in range(3):
-        found = False
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and _proc_uid(entry) == uid:
-                found = True
+def kill_uid(uid: int, timeout: float = 5.0) -> bool:
+    """Kill every process still running as the slot's uid (escaped process groups, a fork
+    bomb, a verifier's leftovers); True once none is left. A scan-then-kill misses what
+    forks between the scan and the kill, so the kill comes from the uid itself where the
+    host lets us switch to it: kill(-1) signals every process of the uid in one pass, and
+    a fork racing with it is aborted by the kernel. The scans confirm, until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = live_uid_processes(uid, uid + 1)
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        if not _kill_all_as(uid):
+            for pid in pids:
                 try:
-                    os.kill(int(entry), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        if not found:
-            return
-        time.sleep(0.05)
+        time.sleep(0.01)
+
+
+def _kill_all_as(uid: int) -> bool:
+    """kill(-1, SIGKILL) run as `uid` (the kill binary, dropped to the uid by subprocess:
+    no Python code runs in the forked child); False where that cannot run."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        subprocess.run(["kill", "-9", "-1"], user=uid, group=uid, extra_groups=[],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
 
 
 def _proc_uid(pid: str) -> int | None:

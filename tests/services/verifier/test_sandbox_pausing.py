@@ -55,6 +55,19 @@ def _stopped(uid: int) -> None:
         time.sleep(0.01)
 
 
+def _describe(uid: int) -> str:
+    """The uid's processes (pid, parent, state, command line): what a failure shows."""
+    rows = []
+    for pid in sandbox.live_uid_processes(uid, uid + 1):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120]
+        except OSError:
+            continue
+        rows.append(f"pid={pid} ppid={stat[1]} state={stat[0]} cmd={cmd.decode(errors='replace')}")
+    return f"uid {uid}: " + "; ".join(rows)
+
+
 def _states(uid: int) -> set[str]:
     out = set()
     for pid in sandbox.live_uid_processes(uid, uid + 1):
@@ -78,7 +91,7 @@ def test_other_sandboxes_are_paused_while_one_is_timed(mode: str, by: str, base:
         with pytest.raises(RuntimeError), sandbox.S.others_paused(others) as info:
             assert info["stopped"] >= 1
             _stopped(other.uid)
-            assert "T" not in _states(timed.uid)
+            assert "T" not in _states(timed.uid), _describe(timed.uid)
             raise RuntimeError("a failing timed phase")
         go_by = time.monotonic() + 2
         while "T" in _states(other.uid):  # resumed after the failure too
