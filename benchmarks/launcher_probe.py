@@ -93,8 +93,11 @@ print(json.dumps(out))
 
 
 def _child(cache: Path) -> dict:
+    """One fresh process; its script is a file (Triton reads a kernel's source from it)."""
+    script = cache.parent / "launcher_probe_child.py"
+    script.write_text(CHILD)
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
-    res = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, timeout=300)
     if res.returncode != 0:
         raise SystemExit(f"probe child failed:\n{res.stderr[-3000:]}")
