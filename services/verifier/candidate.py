@@ -20,7 +20,7 @@ from services.verifier import sandbox
 from services.verifier import sandbox_mounts as M
 from services.verifier.judgement import Outcome, judge, step
 from services.verifier.options import VERIFIER_VERSION, VerifyOptions
-from services.verifier.pool import SlotPool
+from services.verifier.pool import SlotPool, stubs_dir
 from services.verifier.reference import ReferenceBundle
 
 __all__ = ["Outcome", "judge", "run", "source_hash"]
@@ -90,7 +90,7 @@ def _sandboxed(solution_src: str, bundle: ReferenceBundle, options: VerifyOption
             res = slot.process.finish((json.dumps(job) + "\n").encode(), gates, withheld,
                                       after_timed, options.pause_compiling, gpu_place)
         with step(steps, "save_cache"), _hash_lock(key):
-            slot.save_cache(cache, Path(options.cache) / "stubs" / options.device)
+            slot.save_cache(cache, stubs_dir(options))
         return slot, job, res
     except BaseException:
         slot.close(keep=options.keep_artifacts)

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_
 # Before the candidate: these modules bind the real torch functions at import.
 from kz_build import build_all  # noqa: E402
 from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
+from kz_jit_warm import CBuilds, warm_triton  # noqa: E402
 from kz_records import Pending  # noqa: E402
 from kz_timing_stats import LongestStep  # noqa: E402
 from kz_trace import (WRAPPED, State, Tracer, compiling_only, configure,  # noqa: E402
@@ -40,6 +41,9 @@ from kz_trace import (WRAPPED, State, Tracer, compiling_only, configure,  # noqa
                       warm_kernels)
 
 prewarm()  # Triton, its driver and the CUDA context while no candidate waits
+_JIT_WARM_S = warm_triton()  # before WARM: the pool's stubs keep what it built
+C_BUILDS = CBuilds()
+C_BUILDS.install()  # from here on, the candidate's own C builds (diagnostics)
 _CPU_WARM = round(time.process_time(), 3)  # CPU seconds of the start-up (diagnostics)
 _CTRL.write("KZ-WARM\n")
 reserve_poison()
@@ -54,7 +58,7 @@ _threads = threading.active_count
 configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])
 DEVICE = JOB["device"]
 REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [],
-                "steps_s": {"warm_kernels": _WARM_S}}
+                "steps_s": {"warm_kernels": _WARM_S, "warm_triton": _JIT_WARM_S or 0.0}}
 _T0 = [time.monotonic()]
 
 
@@ -267,6 +271,7 @@ def _write_report() -> None:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # gcc builds of Triton launchers
     REPORT["cpu_s"] = {"warm": _CPU_WARM, "total": round(time.process_time() + kids.ru_utime
                                                          + kids.ru_stime, 3)}
+    REPORT["steps_s"].update(C_BUILDS.report())
     if torch.cuda.is_initialized():  # diagnostics: what this sandbox took of the shared device
         REPORT["gpu_peak_mb"] = torch.cuda.max_memory_reserved() >> 20
     path = os.path.join(JOB["work"], "out", "report.json")

@@ -72,7 +72,7 @@ FORBIDDEN_BUILTINS = frozenset({
 REFERENCE_NAMES = frozenset({
     "Model", "ModelOpt", "get_inputs", "get_init_inputs", "reference", "harness", "KZ_SHAPES",
     "KZ_META", "KZ_DEVICE", "KZ_DTYPE", "kz_harness", "kz_timing", "kz_checks", "kz_records",
-    "kz_trace", "kz_timing_stats", "kz_build",
+    "kz_trace", "kz_timing_stats", "kz_build", "kz_jit_warm",
 })
 
 # Module roots whose import gets a named reason (everything not allowed is rejected anyway).

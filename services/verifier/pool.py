@@ -11,13 +11,16 @@ torn down: nothing a candidate leaves behind reaches another candidate, except
 compile-cache files of the very same source.
 
 Trusted driver stubs: until its job arrives a slot has run only the harness's
-start-up (Triton builds its cuda_utils module with gcc then). That output is
-trusted and copied once into `stubs/`, which seeds every later slot's cache, so
-gcc runs once per host instead of once per candidate.
+start-up (Triton builds its cuda_utils module with gcc then, and the launchers of
+the kernels kz_jit_warm launches). That output is trusted and copied once into
+`stubs/`, which seeds every later slot's cache, so gcc runs once per host and
+harness instead of once per candidate.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -38,7 +41,23 @@ from services.verifier.options import VerifyOptions
 HARNESS_FILES = {"harness.py": "harness.py", "kz_build.py": "harness_build.py",
                  "kz_checks.py": "harness_checks.py",
                  "kz_records.py": "records.py", "kz_trace.py": "harness_trace.py",
-                 "kz_timing.py": "timing.py", "kz_timing_stats.py": "timing_stats.py"}
+                 "kz_timing.py": "timing.py", "kz_timing_stats.py": "timing_stats.py",
+                 "kz_jit_warm.py": "harness_jit_warm.py"}
+
+
+@functools.cache
+def _harness_digest() -> str:
+    h = hashlib.sha256()
+    for name, src in sorted(HARNESS_FILES.items()):
+        h.update(name.encode() + b"\0" + (W.PKG / src).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def stubs_dir(options: VerifyOptions) -> Path:
+    """The trusted seed of every slot's Triton cache, for this device and this harness. A
+    harness whose start-up builds other kernels gets a seed of its own: an older seed
+    lacks them, and every slot would build them again."""
+    return Path(options.cache) / "stubs" / f"{options.device}-{_harness_digest()}"
 
 
 @dataclass(frozen=True)
@@ -129,7 +148,7 @@ class SlotPool:
         # from candidate Slots only.
         self.factory = factory
         self._started = 0
-        self.stubs = Path(options.cache) / "stubs" / options.device
+        self.stubs = stubs_dir(options)
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
