@@ -36,9 +36,9 @@ from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E40
 from kz_jit_warm import CBuilds, warm_triton  # noqa: E402
 from kz_records import Pending  # noqa: E402
 from kz_timing_stats import LongestStep  # noqa: E402
-from kz_trace import (WRAPPED, State, Tracer, compiling_only, configure,  # noqa: E402
-                      install_launch_counter, poison_allocator, prewarm, reserve_poison,
-                      warm_kernels)
+from kz_trace import (WRAPPED, State, Tracer, brief, compiling_only,  # noqa: E402
+                      configure, echo_calls, install_launch_counter, poison_allocator,
+                      prewarm, reserve_poison, warm_kernels)
 
 prewarm()  # Triton, its driver and the CUDA context while no candidate waits
 _JIT_WARM_S = warm_triton()  # before WARM: the pool's stubs keep what it built
@@ -215,7 +215,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         held_ms, held = TIMER.once(fns[n:], loads[n:] if loads else None) if fns[n:] \
             else ([], [])
     launches, side_stream = State.launches, State.side_stream
-    echo = _echo(fns[:n], loads)  # still under the exclusive lock: it runs kernels
+    echo = echo_calls(fns[:n], loads)  # still under the exclusive lock: it runs kernels
     _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
     _mark("timed")
     last = stats.pop("last_outputs")
@@ -233,38 +233,6 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
             outs = flatten(out)
             tensors = [o if type(o) is torch.Tensor else None for o in outs] if outs else []
             PENDING.add(f"{name}_{k}", {"outputs": tensors, "inputs_after": None})
-
-
-def _echo(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
-    """One traced call per input set after the timed runs, on their own input objects.
-
-    The tracer is off while timing (its Python dispatch and poisoning would be timed), and
-    the timed runs are the only calls that see an input object again: a forward that
-    switches to library compute then (the runtime layer behind the static rules) shows it
-    here, as in the correctness calls."""
-    errors: list[list[str]] = []
-    State.violations = []
-    for k, fn in enumerate(fns):
-        load = loads[k] if loads is not None else None
-        if load is not None:
-            load()
-        try:
-            with torch.no_grad(), Tracer():
-                fn()
-            _cuda_sync()
-        except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
-            errors.append(["timing", f"forward raised {_brief(exc)} when called again on the "
-                                     "timed runs' inputs"])
-            break
-    ops = sorted(set(State.violations))[:8]
-    if ops:
-        errors.append(["runtime", "forward ran library compute at dispatch level when called "
-                                  f"again on the same inputs (the timed runs): {', '.join(ops)}"])
-    return errors
-
-
-def _brief(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def _write_report() -> None:
@@ -344,7 +312,7 @@ def main() -> None:
         mod = _import_solution()
     except BaseException as exc:  # noqa: BLE001
         REPORT["stage"] = "import"
-        _failed("import", f"import failed: {_brief(exc)}")
+        _failed("import", f"import failed: {brief(exc)}")
         return
     _mark("import")
     with compiling_only():  # no lock yet: the constructor's kernels compile, do not run
@@ -389,7 +357,7 @@ def main() -> None:
         try:
             _timing(models, {c["file"]: x for c, x in zip(JOB["calls"], inputs)})
         except BaseException as exc:  # noqa: BLE001
-            REPORT["errors"].append(["timing", f"timing failed: {_brief(exc)}"])
+            REPORT["errors"].append(["timing", f"timing failed: {brief(exc)}"])
         REPORT["integrity"] = _integrity()
     elif JOB.get("gated"):
         _CTRL.write("KZ-DONE\n")  # not timed: the shared lock is free while outputs are saved
@@ -406,7 +374,7 @@ if __name__ == "__main__":
     except BaseException as exc:  # noqa: BLE001
         # the error's own first words too: a long message (CUDA's out-of-memory one is ~600
         # characters) would lose them in the traceback's tail, and the parent reads them
-        REPORT["errors"].append(["runtime", f"harness crashed: {_brief(exc)} | "
+        REPORT["errors"].append(["runtime", f"harness crashed: {brief(exc)} | "
                                             + traceback.format_exc()[-400:]])
         _write_report()
     sys.stdout.flush()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import services.verifier.harness_trace as trace
 from tests.services.verifier.conftest import gpu
@@ -107,3 +108,25 @@ def test_the_start_up_warm_up_runs_every_kernel_of_a_call_for_every_dtype() -> N
     call (on the GPU: in the slot's start-up, so that the first call under the shared
     lock loads no kernel). Here on the CPU: every op is valid for every dtype."""
     assert trace.warm_kernels("cpu") is True
+
+
+def test_the_echo_of_the_timed_runs_names_library_compute_and_failures() -> None:
+    """echo_calls: one traced call per timed input set, after the timed runs (whose
+    tracer is off). A forward that switches to library compute there, or fails, is named;
+    one that stays within the allowed ops (allocations, views) passes."""
+    trace.configure(["empty", "view", "zeros_like"], [], 0, "cpu")
+    x = torch.randn(8)
+    loaded: list[int] = []
+    honest = [lambda: torch.zeros_like(x).view(2, 4)]
+    assert trace.echo_calls(honest, [lambda: loaded.append(0)]) == []
+    assert loaded == [0]  # each set's contents are loaded before its call
+    library = [lambda: torch.zeros_like(x), lambda: torch.add(x, x)]
+    errors = trace.echo_calls(library, None)
+    assert [e[0] for e in errors] == ["runtime"] and "aten.add" in errors[0][1]
+
+    def broken() -> None:
+        raise ValueError("gone")
+
+    errors = trace.echo_calls([broken, broken], None)
+    assert errors == [["timing", "forward raised ValueError: gone when called again on the "
+                                 "timed runs' inputs"]]  # once: the first failure ends it
