@@ -4,7 +4,9 @@ kz_jit_warm.py) instead of in a candidate's compile.
 Measured on an H100 with triton 3.6 (`benchmarks/launcher_probe.py`, twenty-third
 session), in a fresh process whose driver module was already built:
 - The first launch of any @triton.jit kernel took 0.45 s even when its binary and launcher
-  were cached: one-time set-up of the JIT and its compiler back end.
+  were cached: most of it is Triton's key, a hash of its own files and its ~0.5 GB
+  libtriton (0.48 s on the dev box), which the fork server now computes before it forks
+  (zygote.py); the rest is one-time set-up of the JIT and its compiler back end.
 - Each new kernel *signature* then cost 0.24-0.27 s of C compiler: triton 3.6 builds a
   launcher module per signature. The launcher depends on the argument kinds (pointer, int
   width, float, constexpr), not on the pointers' dtypes: an fp16 add reused the fp32 add's.

@@ -62,6 +62,25 @@ def preload(interpret: bool) -> None:
 
     for name in PRELOAD + (("triton.runtime.interpreter",) if interpret else ()):
         importlib.import_module(name)
+    if not interpret:
+        _triton_key()
+
+
+def _triton_key() -> None:
+    """Triton keys every compile and cache lookup with a hash of its own files and its
+    ~0.5 GB libtriton, computed once per process (an lru_cache): 0.45 s of a sandbox's
+    first Triton launch on an H100 (benchmarks/launcher_probe.py). Computed here, every
+    sandbox forked from this process has it. Files only: no CUDA, no candidate."""
+    import importlib
+
+    for name in ("triton.runtime.cache", "triton.compiler.compiler"):  # 3.3+, older
+        try:
+            key = getattr(importlib.import_module(name), "triton_key", None)
+        except ImportError:
+            continue
+        if callable(key):
+            key()
+            return
 
 
 def _check(rc: int, what: str) -> None:

@@ -46,6 +46,15 @@ def test_the_sandbox_holds_only_its_own_fds_and_already_has_torch(tmp_path: Path
     assert res.isolation.startswith(ZYGOTE_MODE)
 
 
+def test_the_sandbox_inherits_tritons_key(tmp_path: Path) -> None:
+    """Triton's key (a hash of its files and its libtriton, ~0.5 s) is computed by the
+    server before the fork: a sandbox's first compile or cache lookup does not pay it."""
+    code = ("import triton.runtime.cache as c; "
+            "print('R', c.triton_key.cache_info().currsize)")
+    res = _process(tmp_path, code).finish(b"")
+    assert "R 1" in res.stdout_tail, res.stdout_tail + res.stderr_tail
+
+
 def test_an_exited_sandbox_keeps_its_pid_until_the_verifier_lets_go(tmp_path: Path) -> None:
     """Its pid cannot be reused (and killed by our killpg) before teardown is done."""
     p = _process(tmp_path, "pass")
