@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The verifier benchmark's device calls, each one command (run from the repo root there).
+#   bash benchmarks/device_verifier.sh record
+#       The rate of record (483 candidates, --repeat 7), on an H200 only: any other card
+#       exits 3 at once, before the wheels are installed.
+#   bash benchmarks/device_verifier.sh ab OLD_DIR new-first|old-first [benchmark args]
+#       This checkout and OLD_DIR (a `git archive` of the baseline, carried as `.old`) side
+#       by side on one machine, default 207 candidates a pass, primed; then the table of
+#       benchmarks/verifier_ab.py (the first run is the baseline: old).
+# Results go to $OUT (or ./device-out). The device image lacks pydantic, orjson,
+# kafka-python: carry them as wheels in .whl/.
+set -u
+OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # absolute: old runs elsewhere
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
+mode=${1:-}; shift || true
+if [ "$mode" != record ] && { [ "$mode" != ab ] || [ $# -lt 2 ] || [ ! -d "$1" ] \
+     || { [ "$2" != new-first ] && [ "$2" != old-first ]; }; }; then
+  echo "usage: $0 record | ab OLD_DIR new-first|old-first [benchmark args]"; exit 2
+fi
+if [ "$mode" = record ] && ! grep -q H200 "$OUT/card.txt"; then
+  echo "not an H200: no record run"; exit 3
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+case "$mode" in
+  record)
+    PYTHONPATH=/tmp/site:$PWD timeout 540 python3 benchmarks/verifier.py --out "$OUT/record" \
+      --repeat 7 --cold-only --no-timer 2>&1 | grep -A2 "^pass |" | head -3 | cut -c1-400 ;;
+  ab)
+    old=$1; order=$2; shift 2
+    args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)
+    run_new() { PYTHONPATH=/tmp/site:$PWD timeout 280 python3 benchmarks/verifier.py \
+                  --out "$OUT/new" "${args[@]}" > "$OUT/new.log" 2>&1; }
+    run_old() { (cd "$old" && PYTHONPATH=/tmp/site:$PWD timeout 280 python3 \
+                  benchmarks/verifier.py --out "$OUT/old" "${args[@]}") \
+                  > "$OUT/old.log" 2>&1; }
+    if [ "$order" = old-first ]; then run_old; run_new; else run_new; run_old; fi
+    python3 benchmarks/verifier_ab.py "old=$OUT/old/verifier_bench.json" \
+      "new=$OUT/new/verifier_bench.json" --out "$OUT" ;;
+esac
