@@ -68,9 +68,10 @@ def preload(interpret: bool) -> None:
 
 def _triton_key() -> None:
     """Triton keys every compile and cache lookup with a hash of its own files and its
-    ~0.5 GB libtriton, computed once per process (an lru_cache): 0.45 s of a sandbox's
-    first Triton launch on an H100 (benchmarks/launcher_probe.py). Computed here, every
-    sandbox forked from this process has it. Files only: no CUDA, no candidate."""
+    ~0.5 GB libtriton, computed once per process (an lru_cache): 0.48 s on the dev box,
+    likely most of the 0.45 s a sandbox's first Triton launch took on an H100 with
+    everything cached (benchmarks/launcher_probe.py). Computed here, every sandbox forked
+    from this process has it. Files only: no CUDA, no candidate."""
     import importlib
 
     for name in ("triton.runtime.cache", "triton.compiler.compiler"):  # 3.3+, older
