@@ -8,7 +8,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -55,17 +54,21 @@ def test_kill_uid_ends_a_fork_bomb() -> None:
         U.UIDS.release(uid)
 
 
-def test_a_uid_is_handed_out_only_with_nothing_left_running_as_it(tmp_path: Path) -> None:
+def test_a_uid_is_handed_out_only_with_nothing_left_running_as_it() -> None:
     """A process left behind as a uid (stopped, as by a timed phase, and escaped from its
     sandbox's teardown) must not share that uid with the next candidate: acquiring the
-    uid kills it first."""
-    pool = U.UidPool(size=1, lock_dir=str(tmp_path))  # always UID_BASE
-    uid = U.UID_BASE
+    uid kills it first. The uid is held host-wide (its flock) while the leftover starts,
+    so no live sandbox has it."""
+    pool = U.UidPool(size=1)  # always UID_BASE, under the host-wide locks
+    uid = pool._try_lock()
+    if uid is None:
+        pytest.skip(f"uid {U.UID_BASE} is in use on this host")
     leftover = _as_uid(uid, "sleep 60")
     try:
         _wait_for(lambda: bool(_live(uid)))
         for pid in _live(uid):
             os.kill(pid, signal.SIGSTOP)
+        pool.release(uid)  # a verifier that died: its lock goes, its process stays
         assert pool.acquire() == uid
         assert _live(uid) == []
     finally:
