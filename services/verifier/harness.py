@@ -76,15 +76,6 @@ def _mark(step: str, since: list[float] = _T0) -> None:
     since[0] = now
 
 
-def _step_ended() -> None:
-    """A shared step ended: if it is the longest, it and its laps replace the last one."""
-    if _STEP.end():
-        steps = REPORT.setdefault("steps_s", {})
-        for k in [k for k in steps if k.startswith("step_max")]:
-            del steps[k]
-        steps.update(_STEP.longest)
-
-
 def _import_solution() -> object:
     path = os.path.join(JOB["work"], "solution.py")
     spec = importlib.util.spec_from_file_location("kz_solution", path)
@@ -182,7 +173,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         # device without it (0.3-0.4 s per candidate on the H200; every timed phase
         # on the host waited for such steps to end). Only this harness runs meanwhile.
         _CTRL.write("KZ-IDLE\n")
-        _step_ended()
+        _STEP.end()
     # The timed sets are correctness trials, already read for the calls (`loaded`: a
     # candidate that altered those host copies gets outputs the parent finds wrong).
     part = [time.monotonic()]  # the parts of `timing_inputs` (0.87 s median, H100 batch)
@@ -240,6 +231,8 @@ def _write_report() -> None:
     REPORT["cpu_s"] = {"warm": _CPU_WARM, "total": round(time.process_time() + kids.ru_utime
                                                          + kids.ru_stime, 3)}
     REPORT["steps_s"].update(C_BUILDS.report())
+    if _STEP.longest["step_max"] > 0:  # a shared step ended: the longest, with its laps
+        REPORT["steps_s"].update(_STEP.longest)
     if torch.cuda.is_initialized():  # diagnostics: what this sandbox took of the shared device
         REPORT["gpu_peak_mb"] = torch.cuda.max_memory_reserved() >> 20
     path = os.path.join(JOB["work"], "out", "report.json")
@@ -257,7 +250,7 @@ def _gate(word: str, meanwhile: Callable[[], bool] | None = None) -> bool:
     (KZ-HOLDOUTS), wait for GO (CUDA only), calling `meanwhile()` until GO or False."""
     if not JOB.get("gated"):
         return True
-    _step_ended()
+    _STEP.end()
     _CTRL.write(word + "\n")
     if meanwhile is not None:
         t = time.monotonic()
@@ -361,7 +354,7 @@ def main() -> None:
         REPORT["integrity"] = _integrity()
     elif JOB.get("gated"):
         _CTRL.write("KZ-DONE\n")  # not timed: the shared lock is free while outputs are saved
-        _step_ended()
+        _STEP.end()
     PENDING.flush()
     _mark("save_outputs")
     _write_report()
