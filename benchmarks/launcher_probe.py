@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 CHILD = r'''
@@ -104,23 +105,24 @@ def _child(cache: Path) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _launchers_only(src: Path, dst: Path) -> int:
-    """Copy the cache entries that hold a C-built module but the driver utils' (those
-    are seeded in every slot today) and no kernel binary."""
+def _copy_entries(src: Path, dst: Path, keep: Callable[[set[str]], bool]) -> int:
+    """Copy the Triton cache entries (one dir each) whose file names `keep` accepts."""
     n = 0
     for d in src.iterdir():
-        names = {p.name for p in d.iterdir()}
-        if any(x.endswith(".so") for x in names) and not any(
-                x.endswith(".cubin") for x in names) and "cuda_utils.so" not in names:
+        if keep({p.name for p in d.iterdir()}):
             shutil.copytree(d, dst / d.name)
             n += 1
     return n
 
 
-def _utils_only(src: Path, dst: Path) -> None:
-    for d in src.iterdir():
-        if (d / "cuda_utils.so").exists():
-            shutil.copytree(d, dst / d.name)
+def _is_utils(names: set[str]) -> bool:
+    return "cuda_utils.so" in names
+
+
+def _is_launcher(names: set[str]) -> bool:
+    """A C-built module but the driver utils' (seeded in every slot today), no kernel."""
+    return (any(x.endswith(".so") for x in names) and not _is_utils(names)
+            and not any(x.endswith(".cubin") for x in names))
 
 
 def main() -> None:
@@ -141,14 +143,14 @@ def main() -> None:
         _child(seed)
         utils = base / "utils"
         utils.mkdir()
-        _utils_only(seed, utils)
+        _copy_entries(seed, utils, _is_utils)
         for r in range(args.rounds):
             cold = base / f"cold{r}"
             shutil.copytree(utils, cold)
             res = {"cold": _child(cold)}
             lonly = base / f"launchers{r}"
             shutil.copytree(utils, lonly)
-            res["launchers_seeded"] = _launchers_only(cold, lonly)  # type: ignore[assignment]
+            res["launchers_seeded"] = _copy_entries(cold, lonly, _is_launcher)  # type: ignore[assignment]
             res["launchers"] = _child(lonly)
             warm = base / f"warm{r}"
             shutil.copytree(cold, warm)
