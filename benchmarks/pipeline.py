@@ -149,7 +149,6 @@ def latency(bootstrap: str, rate: float, seconds: float) -> list[dict]:
     for p in procs:
         p.join()
     stamp: dict[str, int] = {}
-    parent: dict[str, str | None] = {}
     rows = []
     for i, hop in enumerate(HOPS):
         lat = []
