@@ -154,6 +154,7 @@ class SlotPool:
         self._closed = False
 
     def take(self) -> Any:
+        self._harvest_idle()
         slot = None
         while slot is None:
             with self._lock:
@@ -185,6 +186,7 @@ class SlotPool:
                 self._idle.append(slot)
 
     def close(self) -> None:
+        self._harvest_idle()  # a session's end still leaves the stubs for the next one
         with self._lock:
             self._closed, idle, self._idle = True, self._idle, []
         for slot in idle:
@@ -194,6 +196,20 @@ class SlotPool:
         if self.factory is not None:
             return self.factory()
         return Slot(self.options, self.mode, self.base, self.stubs)
+
+    def _harvest_idle(self) -> None:
+        """Harvest from any warm slot still waiting for its job, not only from the one
+        handed out: under load a slot is mostly taken before it is warm (twenty-fourth
+        session: 40 of 159), so the stubs came late and a pass's first slots each built
+        them. Under the lock, so no `take` can load the slot while its cache is copied
+        (a few files, once per host and harness)."""
+        if self.stubs.exists():
+            return
+        with self._lock:
+            for slot in self._idle:
+                if isinstance(slot, Slot) and slot.process.warm:
+                    self._harvest_stubs(slot)
+                    return
 
     def _harvest_stubs(self, slot: Any) -> None:
         """Keep a warm slot's driver build (trusted: no job was sent yet) as the stubs."""

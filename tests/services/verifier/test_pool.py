@@ -67,6 +67,52 @@ def test_a_dead_slot_is_never_handed_out(tmp_path: Path) -> None:
         W.shutil.rmtree(base, ignore_errors=True)
 
 
+def _warm_pool(tmp_path: Path, size: int) -> tuple[SlotPool, Path]:
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
+    base = W.make_base("")
+    slots = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, size=size)
+    slots.fill()
+    deadline = time.monotonic() + 120
+    while not all(s.process.warm for s in slots._idle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(s.process.warm for s in slots._idle)
+    return slots, base
+
+
+def _plant(slot: pool.Slot) -> None:
+    """What a start-up build leaves (on the CPU the interpreter builds nothing)."""
+    (slot.cache / "ab12").mkdir()
+    (slot.cache / "ab12" / "launcher.so").write_bytes(b"trusted")
+
+
+def test_a_waiting_warm_slot_gives_the_stubs_when_another_is_taken(tmp_path: Path) -> None:
+    slots, base = _warm_pool(tmp_path, size=2)
+    try:
+        young, ready = slots._idle
+        young.process.ctrl.warm.clear()  # as if still starting: taken cold, never harvested
+        _plant(ready)
+        taken = slots.take()
+        assert taken is young
+        assert (slots.stubs / "ab12" / "launcher.so").read_bytes() == b"trusted"
+        taken.close()
+    finally:
+        slots.close()
+        W.shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_closing_pool_keeps_the_stubs_of_a_warm_slot(tmp_path: Path) -> None:
+    """A session that ended before any slot was handed out warm still leaves the stubs
+    (the benchmark's prime, a short CLI batch): the next session's slots copy them."""
+    slots, base = _warm_pool(tmp_path, size=1)
+    try:
+        _plant(slots._idle[0])
+        assert not slots.stubs.exists()
+    finally:
+        slots.close()
+        W.shutil.rmtree(base, ignore_errors=True)
+    assert (slots.stubs / "ab12" / "launcher.so").read_bytes() == b"trusted"
+
+
 def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) -> None:
     """The shared cache may live in a root-only dir: sandboxes get private copies."""
     private = tmp_path / "private"
