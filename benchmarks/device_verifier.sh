@@ -18,8 +18,8 @@ OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # absolute: ol
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
 mode=${1:-}; shift || true
-if [ "$mode" != record ] && [ "$mode" != tests ] && { [ "$mode" != ab ] || [ $# -lt 2 ] || [ ! -d "$1" ] \
-     || { [ "$2" != new-first ] && [ "$2" != old-first ]; }; }; then
+if [ "$mode" != record ] && [ "$mode" != tests ] && { [ "$mode" != ab ] || [ $# -lt 2 ] \
+     || [ ! -d "$1" ] || { [ "$2" != new-first ] && [ "$2" != old-first ]; }; }; then
   echo "usage: $0 record | tests | ab OLD_DIR new-first|old-first [benchmark args]"; exit 2
 fi
 if [ "$mode" = record ] && ! grep -q H200 "$OUT/card.txt"; then
