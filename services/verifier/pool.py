@@ -154,10 +154,10 @@ class SlotPool:
         self._closed = False
 
     def take(self) -> Any:
-        self._harvest_idle()
         slot = None
         while slot is None:
             with self._lock:
+                self._harvest_stubs()
                 slot = self._idle.pop(0) if self._idle else None
             if slot is None:
                 with self._lock:
@@ -166,7 +166,6 @@ class SlotPool:
             elif not slot.process.alive:  # died while waiting (e.g. the host's OOM killer)
                 slot.close()
                 slot = None
-        self._harvest_stubs(slot)
         self.fill()
         return slot
 
@@ -186,8 +185,8 @@ class SlotPool:
                 self._idle.append(slot)
 
     def close(self) -> None:
-        self._harvest_idle()  # a session's end still leaves the stubs for the next one
         with self._lock:
+            self._harvest_stubs()  # a session's end still leaves the stubs for the next one
             self._closed, idle, self._idle = True, self._idle, []
         for slot in idle:
             slot.close()
@@ -197,27 +196,21 @@ class SlotPool:
             return self.factory()
         return Slot(self.options, self.mode, self.base, self.stubs)
 
-    def _harvest_idle(self) -> None:
-        """Harvest from any warm slot still waiting for its job, not only from the one
-        handed out: under load a slot is mostly taken before it is warm (twenty-fourth
-        session: 40 of 159), so the stubs came late and a pass's first slots each built
-        them. Under the lock, so no `take` can load the slot while its cache is copied
-        (a few files, once per host and harness)."""
-        if self.stubs.exists():
-            return
-        with self._lock:
-            for slot in self._idle:
-                if isinstance(slot, Slot) and slot.process.warm:
-                    self._harvest_stubs(slot)
-                    return
-
-    def _harvest_stubs(self, slot: Any) -> None:
-        """Keep a warm slot's driver build (trusted: no job was sent yet) as the stubs."""
-        if not isinstance(slot, Slot) or self.stubs.exists() or not slot.process.warm:
-            return
-        tmp = self.stubs.with_name(f".{self.stubs.name}-{os.getpid()}-{id(slot)}")
-        try:
-            W.copy_tree(slot.cache, tmp)
-            tmp.rename(self.stubs)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+    def _harvest_stubs(self) -> None:
+        """Keep the driver build of a warm slot still waiting for its job (trusted: it has
+        run only the harness's start-up) as the stubs, once per host and harness. Any
+        waiting slot, not only the one handed out: under load a slot is mostly taken
+        before it is warm (twenty-fourth session: 40 of 159), so the stubs came late and a
+        pass's first slots each built them. Called under the lock, so no `take` can load
+        the slot while its cache is copied (a few files)."""
+        for slot in self._idle:
+            if self.stubs.exists():
+                return
+            if not isinstance(slot, Slot) or not slot.process.warm:
+                continue
+            tmp = self.stubs.with_name(f".{self.stubs.name}-{os.getpid()}-{id(slot)}")
+            try:
+                W.copy_tree(slot.cache, tmp)
+                tmp.rename(self.stubs)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
