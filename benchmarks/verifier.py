@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -263,10 +262,12 @@ def seed_stubs(src_cache: Path, dst_cache: Path) -> list[str]:
     slot of its first wave build them at once (twenty-fourth session: 12 slots, 2.85 s of
     warm-up each), which is a host's first run, not its steady state. Only `stubs/` is
     copied: the candidates' compiles and the reference bundles stay cold."""
+    from services.verifier import workspace as W
+
     src = src_cache / "stubs"
     if not src.is_dir():
         return []
-    shutil.copytree(src, dst_cache / "stubs", dirs_exist_ok=True)
+    W.copy_tree(src, dst_cache / "stubs")  # as the pool copies them: no symlinks
     return sorted(p.name for p in src.iterdir() if p.is_dir())
 
 
