@@ -152,6 +152,7 @@ class SlotPool:
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._waiting_for_stubs = False  # one taker at a time waits for its slot's start-up
 
     def take(self) -> Any:
         slot = None
@@ -167,6 +168,7 @@ class SlotPool:
                 slot.close()
                 slot = None
         self.fill()
+        self._harvest_taken(slot)
         return slot
 
     def fill(self) -> None:
@@ -206,11 +208,35 @@ class SlotPool:
         for slot in self._idle:
             if self.stubs.exists():
                 return
-            if not isinstance(slot, Slot) or not slot.process.warm:
-                continue
-            tmp = self.stubs.with_name(f".{self.stubs.name}-{os.getpid()}-{id(slot)}")
-            try:
-                W.copy_tree(slot.cache, tmp)
-                tmp.rename(self.stubs)
-            except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(slot, Slot) and slot.process.warm:
+                self._copy_stubs(slot)
+
+    def _harvest_taken(self, slot: Any) -> None:
+        """While there are no stubs, one taker waits for its slot's start-up and keeps its
+        build before the job is loaded. A pool whose every slot is taken cold (a batch no
+        bigger than its workers: the benchmark's prime, twenty-fifth session) otherwise
+        never leaves stubs, and each first slot of every later session builds them again.
+        The wait costs that one candidate nothing it would not wait anyway: the harness
+        reads its job only after its start-up; only the load (links and a cache copy)
+        moves behind it."""
+        with self._lock:
+            if self.stubs.exists() or self._waiting_for_stubs or not isinstance(slot, Slot):
+                return
+            self._waiting_for_stubs = True
+        try:
+            warm = slot.process.wait_warm(self.options.wall_timeout_s)
+            with self._lock:
+                if warm and not self.stubs.exists():
+                    self._copy_stubs(slot)
+        finally:
+            with self._lock:
+                self._waiting_for_stubs = False
+
+    def _copy_stubs(self, slot: Slot) -> None:
+        """Copy a warm slot's cache to the stubs (under the lock), atomically by rename."""
+        tmp = self.stubs.with_name(f".{self.stubs.name}-{os.getpid()}-{id(slot)}")
+        try:
+            W.copy_tree(slot.cache, tmp)
+            tmp.rename(self.stubs)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -204,6 +204,14 @@ class Process:
         """The child reported its trusted start-up done (never used to decide a pass)."""
         return self.ctrl.warm.is_set()
 
+    def wait_warm(self, timeout_s: float) -> bool:
+        """Wait for the trusted start-up's end: False if the child died or time ran out."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ctrl.warm.wait(0.05):
+            if not self.alive or time.monotonic() > deadline:
+                return False
+        return True
+
     def _start(self, cmd: list[str], env: dict[str, str]) -> None:
         self.err_path = Path(self.view.work) / ".stderr"
         # Control channel (READY/DONE) on its own pipe: the candidate's prints cannot forge it.

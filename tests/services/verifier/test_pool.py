@@ -113,6 +113,26 @@ def test_a_closing_pool_keeps_the_stubs_of_a_warm_slot(tmp_path: Path) -> None:
     assert (slots.stubs / "ab12" / "launcher.so").read_bytes() == b"trusted"
 
 
+def test_a_slot_taken_cold_gives_the_stubs_once_warm_before_its_job(tmp_path: Path) -> None:
+    """Every slot taken before its start-up ended (a batch no bigger than its workers)
+    still leaves the stubs: the first taker waits for its slot's start-up, before the load."""
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
+    base = W.make_base("")
+    slots = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, size=1, demand=1)
+    try:
+        slots.fill()
+        cold = slots._idle[0]
+        assert not cold.process.warm  # importing torch takes seconds
+        _plant(cold)
+        taken = slots.take()
+        assert taken is cold and taken.process.warm
+        assert (slots.stubs / "ab12" / "launcher.so").read_bytes() == b"trusted"
+        taken.close()
+    finally:
+        slots.close()
+        W.shutil.rmtree(base, ignore_errors=True)
+
+
 def test_verifies_with_a_cache_dir_the_sandbox_uid_cannot_reach(tmp_path: Path) -> None:
     """The shared cache may live in a root-only dir: sandboxes get private copies."""
     private = tmp_path / "private"
