@@ -7,6 +7,9 @@
 #       This checkout and OLD_DIR (a `git archive` of the baseline, carried as `.old`) side
 #       by side on one machine, default 207 candidates a pass, primed; then the table of
 #       benchmarks/verifier_ab.py (the first run is the baseline: old).
+#   bash benchmarks/device_verifier.sh pass [benchmark args]
+#       One pass of this checkout alone, default 69 candidates primed with 12 (~90 s on an
+#       H100): a check of what a pass records (e.g. `prime_stubs`), never a rate to compare.
 #   bash benchmarks/device_verifier.sh tests
 #       The GPU tests (`-m gpu`, ~290 s on an H100), output in $OUT/gpu_tests.log. Test files
 #       whose imports the image lacks (datasketch, duckdb) hold no GPU test: their collection
@@ -18,9 +21,11 @@ OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # absolute: ol
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
 mode=${1:-}; shift || true
-if [ "$mode" != record ] && [ "$mode" != tests ] && { [ "$mode" != ab ] || [ $# -lt 2 ] \
+if [ "$mode" != record ] && [ "$mode" != tests ] && [ "$mode" != pass ] \
+   && { [ "$mode" != ab ] || [ $# -lt 2 ] \
      || [ ! -d "$1" ] || { [ "$2" != new-first ] && [ "$2" != old-first ]; }; }; then
-  echo "usage: $0 record | tests | ab OLD_DIR new-first|old-first [benchmark args]"; exit 2
+  echo "usage: $0 record | tests | pass [benchmark args]" \
+       "| ab OLD_DIR new-first|old-first [benchmark args]"; exit 2
 fi
 if [ "$mode" = record ] && ! grep -q H200 "$OUT/card.txt"; then
   echo "not an H200: no record run"; exit 3
@@ -36,6 +41,13 @@ case "$mode" in
       -W ignore --continue-on-collection-errors tests --ignore=tests/kz_common/analytics \
       --ignore=tests/schemas --ignore=tests/services/archiver > "$OUT/gpu_tests.log" 2>&1
     tail -3 "$OUT/gpu_tests.log" ;;  # pytest exits 1 on the collection errors alone
+  pass)
+    args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 1 --cold-only --no-timer --prime 12)
+    PYTHONPATH=/tmp/site:$PWD timeout 540 python3 benchmarks/verifier.py --out "$OUT/new" \
+      "${args[@]}" > "$OUT/new.log" 2>&1
+    grep -A2 "^pass |" "$OUT/new.log" | head -3 | cut -c1-400
+    python3 -c 'import json, sys; print("prime_stubs:", json.load(open(sys.argv[1])).get(
+      "prime_stubs"))' "$OUT/new/verifier_bench.json" ;;
   ab)
     old=$1; order=$2; shift 2
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)
