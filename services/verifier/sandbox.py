@@ -206,11 +206,7 @@ class Process:
 
     def wait_warm(self, timeout_s: float) -> bool:
         """Wait for the trusted start-up's end: False if the child died or time ran out."""
-        deadline = time.monotonic() + timeout_s
-        while not self.ctrl.warm.wait(0.05):
-            if not self.alive or time.monotonic() > deadline:
-                return False
-        return True
+        return S.wait(self.proc, self.ctrl.warm, timeout_s) and self.warm
 
     def _start(self, cmd: list[str], env: dict[str, str]) -> None:
         self.err_path = Path(self.view.work) / ".stderr"
