@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                  for label, p, s in batch[:args.prime]]
         prime_cache = Path(tempfile.mkdtemp(prefix="kzbench-cache-"))
         run_batch(prime, default["workers"], str(prime_cache))
-        for _, pass_cache, _ in passes:  # "warm" shares "cold"'s cache: copied twice
+        for pass_cache in dict.fromkeys(c for _, c, _ in passes):  # "warm" shares "cold"'s
             result["prime_stubs"] = seed_stubs(prime_cache, Path(pass_cache))
     for name, pass_cache, cfg in passes:
         result[name] = run_batch(batch, cfg["workers"], pass_cache, cfg["slots"],
