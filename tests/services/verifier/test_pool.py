@@ -67,11 +67,17 @@ def test_a_dead_slot_is_never_handed_out(tmp_path: Path) -> None:
         W.shutil.rmtree(base, ignore_errors=True)
 
 
-def _warm_pool(tmp_path: Path, size: int) -> tuple[SlotPool, Path]:
+def _pool(tmp_path: Path, size: int, demand: int | None = None) -> tuple[SlotPool, Path]:
+    """A CPU pool with its own cache and base dir, its slots started."""
     options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
     base = W.make_base("")
-    slots = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, size=size)
+    slots = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, size, demand)
     slots.fill()
+    return slots, base
+
+
+def _warm_pool(tmp_path: Path, size: int) -> tuple[SlotPool, Path]:
+    slots, base = _pool(tmp_path, size)
     deadline = time.monotonic() + 120
     while not all(s.process.warm for s in slots._idle) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -116,11 +122,8 @@ def test_a_closing_pool_keeps_the_stubs_of_a_warm_slot(tmp_path: Path) -> None:
 def test_a_slot_taken_cold_gives_the_stubs_once_warm_before_its_job(tmp_path: Path) -> None:
     """Every slot taken before its start-up ended (a batch no bigger than its workers)
     still leaves the stubs: the first taker waits for its slot's start-up, before the load."""
-    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
-    base = W.make_base("")
-    slots = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, size=1, demand=1)
+    slots, base = _pool(tmp_path, size=1, demand=1)
     try:
-        slots.fill()
         cold = slots._idle[0]
         assert not cold.process.warm  # importing torch takes seconds
         _plant(cold)
