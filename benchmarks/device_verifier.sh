@@ -3,12 +3,13 @@
 #   bash benchmarks/device_verifier.sh record
 #       The rate of record (483 candidates, --repeat 7), on an H200 only: any other card
 #       exits 3 at once, before the wheels are installed.
-#   bash benchmarks/device_verifier.sh ab OLD_DIR new-first|old-first|new-old-new [args]
+#   bash benchmarks/device_verifier.sh ab OLD_DIR new-first|old-first|new-old-new|old-new-old [args]
 #       This checkout and OLD_DIR (a `git archive` of the baseline, carried as `.old`) side
 #       by side on one machine, default 207 candidates a pass, primed; then the table of
-#       benchmarks/verifier_ab.py (the first run is the baseline: old). new-old-new runs
-#       three passes in one call (~470 s on an H100), each capped at 190 s, so that a drift
-#       over the call falls on both sides: read old against the mean of new1 and new2.
+#       benchmarks/verifier_ab.py (the first run is the baseline: old). new-old-new and
+#       old-new-old run three passes in one call (~470 s on an H100), each capped at 190 s,
+#       so that a drift over the call falls on both sides: read the middle run against the
+#       mean of the outer two.
 #   bash benchmarks/device_verifier.sh pass [benchmark args]
 #       One pass of this checkout alone, default 69 candidates primed with 12 (~90 s on an
 #       H100): a check of what a pass records (e.g. `prime_stubs`), never a rate to compare.
@@ -26,9 +27,9 @@ mode=${1:-}; shift || true
 if [ "$mode" != record ] && [ "$mode" != tests ] && [ "$mode" != pass ] \
    && { [ "$mode" != ab ] || [ $# -lt 2 ] \
      || [ ! -d "$1" ] || { [ "$2" != new-first ] && [ "$2" != old-first ] \
-       && [ "$2" != new-old-new ]; }; }; then
+       && [ "$2" != new-old-new ] && [ "$2" != old-new-old ]; }; }; then
   echo "usage: $0 record | tests | pass [benchmark args]" \
-       "| ab OLD_DIR new-first|old-first|new-old-new [benchmark args]"; exit 2
+       "| ab OLD_DIR new-first|old-first|new-old-new|old-new-old [benchmark args]"; exit 2
 fi
 if [ "$mode" = record ] && ! grep -q H200 "$OUT/card.txt"; then
   echo "not an H200: no record run"; exit 3
@@ -54,19 +55,20 @@ case "$mode" in
   ab)
     old=$1; order=$2; shift 2
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)
-    cap=280; [ "$order" != new-old-new ] || cap=190
+    cap=280; [ "${#order}" -lt 11 ] || cap=190  # three passes: new-old-new, old-new-old
     run_new() { PYTHONPATH=/tmp/site:$PWD timeout $cap python3 benchmarks/verifier.py \
                   --out "$OUT/$1" "${args[@]}" > "$OUT/$1.log" 2>&1; }
     run_old() { (cd "$old" && PYTHONPATH=/tmp/site:$PWD timeout $cap python3 \
-                  benchmarks/verifier.py --out "$OUT/old" "${args[@]}") \
-                  > "$OUT/old.log" 2>&1; }
+                  benchmarks/verifier.py --out "$OUT/$1" "${args[@]}") \
+                  > "$OUT/$1.log" 2>&1; }
     case "$order" in
-      old-first) run_old; run_new new ;;
-      new-first) run_new new; run_old ;;
-      new-old-new) run_new new1; run_old; run_new new2 ;;
+      old-first) run_old old; run_new new ;;
+      new-first) run_new new; run_old old ;;
+      new-old-new) run_new new1; run_old old; run_new new2 ;;
+      old-new-old) run_old old1; run_new new; run_old old2 ;;
     esac
-    runs=("old=$OUT/old/verifier_bench.json")
-    for name in new new1 new2; do
+    runs=()  # the first that ran is the baseline
+    for name in old old1 new new1 new2 old2; do
       [ ! -f "$OUT/$name/verifier_bench.json" ] || runs+=("$name=$OUT/$name/verifier_bench.json")
     done
     python3 benchmarks/verifier_ab.py "${runs[@]}" --out "$OUT" ;;
