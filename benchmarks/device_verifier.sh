@@ -17,8 +17,8 @@
 #       The GPU tests (`-m gpu`, ~290 s on an H100), output in $OUT/gpu_tests.log. Test files
 #       whose imports the image lacks (datasketch, duckdb) hold no GPU test: their collection
 #       errors are reported and skipped over.
-# Results go to $OUT (or ./device-out). The device image lacks pydantic, orjson,
-# kafka-python: carry them as wheels in .whl/.
+# Results go to $OUT (or ./device-out); ab packs them into $OUT/ab.tgz. The device image
+# lacks pydantic, orjson, kafka-python: carry them as wheels in .whl/.
 set -u
 OUT=${OUT:-device-out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # absolute: old runs elsewhere
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -71,5 +71,10 @@ case "$mode" in
     for name in old old1 new new1 new2 old2; do
       [ ! -f "$OUT/$name/verifier_bench.json" ] || runs+=("$name=$OUT/$name/verifier_bench.json")
     done
-    python3 benchmarks/verifier_ab.py "${runs[@]}" --out "$OUT" ;;
+    python3 benchmarks/verifier_ab.py "${runs[@]}" --out "$OUT"
+    for r in "${runs[@]}"; do  # the pass cache the prime seeded, if any
+      python3 -c 'import json, sys; print(sys.argv[1].split("=")[0], "prime_stubs:",
+        json.load(open(sys.argv[1].split("=", 1)[1])).get("prime_stubs"))' "$r"; done
+    # The device tool returns at most 8 files: three passes write 9. One archive holds all.
+    (cd "$OUT" && tar czf ab.tgz --remove-files -- *) ;;
 esac
