@@ -3,10 +3,11 @@
 #   bash benchmarks/device_verifier.sh record
 #       The rate of record (483 candidates, --repeat 7), on an H200 only: any other card
 #       exits 3 at once, before the wheels are installed.
-#   bash benchmarks/device_verifier.sh ab OLD_DIR new-first|old-first|new-old-new|old-new-old [args]
+#   bash benchmarks/device_verifier.sh ab OLD_DIR ORDER [benchmark args]
 #       This checkout and OLD_DIR (a `git archive` of the baseline, carried as `.old`) side
 #       by side on one machine, default 207 candidates a pass, primed; then the table of
-#       benchmarks/verifier_ab.py (the first run is the baseline: old). new-old-new and
+#       benchmarks/verifier_ab.py, whose baseline column is the old run (old1 if two).
+#       ORDER: new-first, old-first (two passes, ~310 s on an H100), new-old-new and
 #       old-new-old run three passes in one call (~470 s on an H100), each capped at 190 s,
 #       so that a drift over the call falls on both sides: read the middle run against the
 #       mean of the outer two.
@@ -55,23 +56,30 @@ case "$mode" in
   ab)
     old=$1; order=$2; shift 2
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)
-    cap=280; [ "${#order}" -lt 11 ] || cap=190  # three passes: new-old-new, old-new-old
-    run_new() { PYTHONPATH=/tmp/site:$PWD timeout $cap python3 benchmarks/verifier.py \
+    cap=280  # a pass's limit; three passes must fit one 600 s device call
+    [ "$order" != new-old-new ] && [ "$order" != old-new-old ] || cap=190
+    run_new() { rm -rf "${OUT:?}/$1"  # never a stale JSON from an earlier call
+                PYTHONPATH=/tmp/site:$PWD timeout $cap python3 benchmarks/verifier.py \
                   --out "$OUT/$1" "${args[@]}" > "$OUT/$1.log" 2>&1; }
-    run_old() { (cd "$old" && PYTHONPATH=/tmp/site:$PWD timeout $cap python3 \
+    run_old() { rm -rf "${OUT:?}/$1"
+                (cd "$old" && PYTHONPATH=/tmp/site:$PWD timeout $cap python3 \
                   benchmarks/verifier.py --out "$OUT/$1" "${args[@]}") \
                   > "$OUT/$1.log" 2>&1; }
-    case "$order" in
-      old-first) run_old old; run_new new ;;
-      new-first) run_new new; run_old old ;;
-      new-old-new) run_new new1; run_old old; run_new new2 ;;
-      old-new-old) run_old old1; run_new new; run_old old2 ;;
+    case "$order" in  # names: the runs this call made, old (or old1) first as the baseline
+      old-first) run_old old; run_new new; names=(old new) ;;
+      new-first) run_new new; run_old old; names=(old new) ;;
+      new-old-new) run_new new1; run_old old; run_new new2; names=(old new1 new2) ;;
+      old-new-old) run_old old1; run_new new; run_old old2; names=(old1 new old2) ;;
     esac
-    runs=()  # the first that ran is the baseline
-    for name in old old1 new new1 new2 old2; do
+    runs=()
+    for name in "${names[@]}"; do
       [ ! -f "$OUT/$name/verifier_bench.json" ] || runs+=("$name=$OUT/$name/verifier_bench.json")
     done
-    python3 benchmarks/verifier_ab.py "${runs[@]}" --out "$OUT"
+    if [ ${#runs[@]} -lt 2 ]; then
+      echo "fewer than two passes finished:"; tail -n 3 "$OUT"/*.log
+    else
+      python3 benchmarks/verifier_ab.py "${runs[@]}" --out "$OUT"
+    fi
     for r in "${runs[@]}"; do  # the pass cache the prime seeded, if any
       python3 -c 'import json, sys; print(sys.argv[1].split("=")[0], "prime_stubs:",
         json.load(open(sys.argv[1].split("=", 1)[1])).get("prime_stubs"))' "$r"; done
