@@ -37,6 +37,15 @@ if [ "$mode" = record ] && ! grep -q H200 "$OUT/card.txt"; then
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
+# One benchmark pass (args: the array `args`) of the checkout in $1 (`.` or the old one)
+# into $OUT/$2 and $OUT/$2.log, at most $3 s; never a stale JSON from an earlier call.
+run_pass() { rm -rf "${OUT:?}/$2"
+             (cd "$1" && PYTHONPATH=/tmp/site:$PWD timeout "$3" python3 \
+               benchmarks/verifier.py --out "$OUT/$2" "${args[@]}") > "$OUT/$2.log" 2>&1; }
+# The stubs the prime seeded in run $1's pass cache (none: its first slots build them).
+prime_stubs() { python3 -c 'import json, sys; print(sys.argv[1], "prime_stubs:",
+                  json.load(open(sys.argv[2])).get("prime_stubs"))' \
+                  "$1" "$OUT/$1/verifier_bench.json"; }
 case "$mode" in
   record)
     PYTHONPATH=/tmp/site:$PWD timeout 540 python3 benchmarks/verifier.py --out "$OUT/record" \
@@ -48,41 +57,33 @@ case "$mode" in
     tail -3 "$OUT/gpu_tests.log" ;;  # pytest exits 1 on the collection errors alone
   pass)
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 1 --cold-only --no-timer --prime 12)
-    PYTHONPATH=/tmp/site:$PWD timeout 540 python3 benchmarks/verifier.py --out "$OUT/new" \
-      "${args[@]}" > "$OUT/new.log" 2>&1
+    run_pass . new 540
     grep -A2 "^pass |" "$OUT/new.log" | head -3 | cut -c1-400
-    python3 -c 'import json, sys; print("prime_stubs:", json.load(open(sys.argv[1])).get(
-      "prime_stubs"))' "$OUT/new/verifier_bench.json" ;;
+    prime_stubs new ;;
   ab)
     old=$1; order=$2; shift 2
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)
     cap=280  # a pass's limit; three passes must fit one 600 s device call
     [ "$order" != new-old-new ] && [ "$order" != old-new-old ] || cap=190
-    run_new() { rm -rf "${OUT:?}/$1"  # never a stale JSON from an earlier call
-                PYTHONPATH=/tmp/site:$PWD timeout $cap python3 benchmarks/verifier.py \
-                  --out "$OUT/$1" "${args[@]}" > "$OUT/$1.log" 2>&1; }
-    run_old() { rm -rf "${OUT:?}/$1"
-                (cd "$old" && PYTHONPATH=/tmp/site:$PWD timeout $cap python3 \
-                  benchmarks/verifier.py --out "$OUT/$1" "${args[@]}") \
-                  > "$OUT/$1.log" 2>&1; }
+    run_new() { run_pass . "$1" $cap; }
+    run_old() { run_pass "$old" "$1" $cap; }
     case "$order" in  # names: the runs this call made, old (or old1) first as the baseline
       old-first) run_old old; run_new new; names=(old new) ;;
       new-first) run_new new; run_old old; names=(old new) ;;
       new-old-new) run_new new1; run_old old; run_new new2; names=(old new1 new2) ;;
       old-new-old) run_old old1; run_new new; run_old old2; names=(old1 new old2) ;;
     esac
-    runs=()
+    finished=(); runs=()
     for name in "${names[@]}"; do
-      [ ! -f "$OUT/$name/verifier_bench.json" ] || runs+=("$name=$OUT/$name/verifier_bench.json")
+      [ -f "$OUT/$name/verifier_bench.json" ] || continue
+      finished+=("$name"); runs+=("$name=$OUT/$name/verifier_bench.json")
     done
     if [ ${#runs[@]} -lt 2 ]; then
       echo "fewer than two passes finished:"; tail -n 3 "$OUT"/*.log
     else
       python3 benchmarks/verifier_ab.py "${runs[@]}" --out "$OUT"
     fi
-    for r in "${runs[@]}"; do  # the pass cache the prime seeded, if any
-      python3 -c 'import json, sys; print(sys.argv[1].split("=")[0], "prime_stubs:",
-        json.load(open(sys.argv[1].split("=", 1)[1])).get("prime_stubs"))' "$r"; done
+    for name in "${finished[@]}"; do prime_stubs "$name"; done
     # The device tool returns at most 8 files: three passes write 9. One archive holds all.
     (cd "$OUT" && tar czf ab.tgz --remove-files -- *) ;;
 esac
