@@ -1,0 +1,106 @@
+"""What a holdout's trip through host memory costs in a fresh sandbox-like process.
+
+    python benchmarks/pin_probe.py [--out DIR] [--sizes-mb 16,64,160] [--procs 1,12]
+
+A candidate's harness reads its two holdout sets from files and page-locks them
+(`tensor.pin_memory()`) in its lock-free idle step, then copies them to the device under
+the exclusive GPU lock, after the timed runs (harness.py `_timing`). In the twenty-sixth
+session's H100 passes that pin took 0.5-0.6 s median per candidate (0.1-0.3 s for the
+softmax's sets, ~0.8 s for the add's), ~6-8% of all sandbox time. This probe measures,
+per set size, in N fresh processes started at once (N=1: quiet; N=12: a batch's sandboxes):
+- pin: `pin_memory()` of a loaded (pageable) tensor, the harness's way today;
+- pin_again: the same after the first pinned block was freed (the caching host allocator);
+- register: `cudaHostRegister` of the pageable tensor's own pages (no copy, no new memory);
+- h2d_pinned / h2d_pageable: a synchronised host-to-device copy from each (what the
+  exclusive phase pays per set).
+Prints a table of medians over the processes; writes DIR/pin_probe.json. Skips without CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r'''
+import json, sys, time
+import torch
+sizes = [int(s) for s in sys.argv[1].split(",")]
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()  # the context, as a slot has it
+rt = torch.cuda.cudart()
+out = {}
+def clock(fn):
+    t = time.perf_counter(); r = fn(); torch.cuda.synchronize()
+    return r, time.perf_counter() - t
+for mb in sizes:
+    n = mb << 20
+    host = torch.ones(n, dtype=torch.uint8)  # pages faulted in, as torch.load leaves them
+    dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+    pinned, pin = clock(host.pin_memory)
+    _, h2d_pinned = clock(lambda: dev.copy_(pinned))
+    del pinned
+    pinned, pin_again = clock(host.pin_memory)
+    del pinned
+    _, h2d_pageable = clock(lambda: dev.copy_(host))
+    other = torch.ones(n, dtype=torch.uint8)
+    err, register = clock(lambda: rt.cudaHostRegister(other.data_ptr(), n, 0))
+    if int(err) == 0:  # cudaSuccess
+        _, h2d_registered = clock(lambda: dev.copy_(other))
+        rt.cudaHostUnregister(other.data_ptr())
+    else:
+        register = h2d_registered = float("nan")
+    out[mb] = {"pin": pin, "pin_again": pin_again, "register": register,
+               "h2d_pinned": h2d_pinned, "h2d_registered": h2d_registered,
+               "h2d_pageable": h2d_pageable}
+print(json.dumps(out))
+'''
+STEPS = ("pin", "pin_again", "register", "h2d_pinned", "h2d_registered", "h2d_pageable")
+
+
+def _round(sizes: str, procs: int) -> list[dict]:
+    """`procs` fresh processes started together; each one's seconds per size and step."""
+    kids = [subprocess.Popen([sys.executable, "-c", CHILD, sizes], stdout=subprocess.PIPE,
+                             text=True) for _ in range(procs)]
+    outs = []
+    for kid in kids:
+        stdout, _ = kid.communicate(timeout=600)
+        if kid.returncode:
+            raise SystemExit(f"probe child failed with exit code {kid.returncode}")
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    return outs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--sizes-mb", default="16,64,160")
+    ap.add_argument("--procs", default="1,12")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA: skipped")
+        return
+    rows = []
+    for procs in (int(p) for p in args.procs.split(",")):
+        outs = _round(args.sizes_mb, procs)
+        for mb in outs[0]:
+            row: dict[str, object] = {"procs": procs, "mb": int(mb)}
+            for s in STEPS:
+                row[s + "_ms"] = round(1e3 * statistics.median(o[mb][s] for o in outs), 2)
+            rows.append(row)
+    cols = ["procs", "mb"] + [s + "_ms" for s in STEPS]
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r[c]) for c in cols))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "pin_probe.json").write_text(json.dumps(
+        {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+        indent=1))
+
+
+if __name__ == "__main__":
+    main()
