@@ -54,8 +54,11 @@ _WARM_S = round(time.monotonic() - _WARM_S, 4)  # its seconds (diagnostics)
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
 _load, _save, _equal = torch.load, torch.save, torch.equal
-# holdout inputs page-locked while they wait (their copies in the runs are then fast)
-PAGES = HostPages(torch.Tensor.pin_memory, driver_api()) if JOB["device"] == "cuda" else None
+# holdout inputs page-locked while they wait (their copies in the runs are then fast):
+# registered in place, or else (VerifyOptions.register_holdouts off) pin_memory's copies
+PAGES = HostPages(torch.Tensor.pin_memory,
+                  driver_api() if (JOB.get("timing") or {}).get("register_holdouts") else None,
+                  ) if JOB["device"] == "cuda" else None
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])

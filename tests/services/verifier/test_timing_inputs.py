@@ -232,8 +232,24 @@ def test_the_driver_registers_a_loaded_tensor_where_it_lies() -> None:
     torch.cuda.synchronize()
     assert torch.equal(dev.cpu(), x)
     again = harness_checks.HostPages(torch.Tensor.pin_memory, harness_checks.driver_api())
-    y = again(x[1:])  # its pages are registered already: the driver refuses, pin_memory copies
+    y = again(x[1:])  # its pages are registered already: the driver refuses, pin_memory's turn
     assert again.counts == {"registered": 0, "pinned": 1, "pageable": 0} and y is not x
     assert torch.equal((dev + 1).cpu(), x + 1)  # a kernel launch after the refusal: no error
     pages.release()
     assert not x.is_pinned()
+
+
+def test_the_job_says_whether_the_harness_registers_its_holdouts() -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from services.verifier import candidate
+    from services.verifier.options import VerifyOptions
+
+    bundle: Any = SimpleNamespace(meta={"trials": [], "shapes": [], "timing": {
+        "shape_index": 0, "files": ["t0.pt"], "holdout_files": ["h0.pt"]}})
+    inside: Any = SimpleNamespace(work="/work", inputs="/inputs")
+    assert not VerifyOptions().register_holdouts  # pin_memory's copies until measured
+    for on in (False, True):
+        job = candidate._job(bundle, VerifyOptions(device="cuda", register_holdouts=on), inside)
+        assert job["timing"]["register_holdouts"] is on
