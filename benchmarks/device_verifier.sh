@@ -14,6 +14,7 @@
 #   bash benchmarks/device_verifier.sh pass [benchmark args]
 #       One pass of this checkout alone, default 69 candidates primed with 12 (~90 s on an
 #       H100): a check of what a pass records (e.g. `prime_stubs`), never a rate to compare.
+#       With `--config NAME:K=V` a second pass of this checkout follows, other settings.
 #   bash benchmarks/device_verifier.sh tests
 #       The GPU tests (`-m gpu`, ~290 s on an H100), output in $OUT/gpu_tests.log. Test files
 #       whose imports the image lacks (datasketch, duckdb) hold no GPU test: their collection
@@ -58,7 +59,7 @@ case "$mode" in
   pass)
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 1 --cold-only --no-timer --prime 12)
     run_pass . new 540
-    grep -A2 "^pass |" "$OUT/new.log" | head -3 | cut -c1-400
+    grep -A2 "^pass |" "$OUT/new.log" | head -12 | cut -c1-400  # a --config pass's too
     prime_stubs new ;;
   ab)
     old=$1; order=$2; shift 2
