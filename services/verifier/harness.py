@@ -96,7 +96,6 @@ def _to_device(x: object) -> object:
     return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
 
 
-
 def _read(name: str, loaded: dict[str, list]) -> list:
     return loaded.get(name) or _load(os.path.join(JOB["inputs"], name), weights_only=True)
 
