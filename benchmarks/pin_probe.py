@@ -24,6 +24,11 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.verifier_summary import table  # noqa: E402
 
 CHILD = r'''
 import json, sys, time
@@ -88,14 +93,12 @@ def main() -> None:
     for procs in (int(p) for p in args.procs.split(",")):
         outs = _round(args.sizes_mb, procs)
         for mb in outs[0]:
-            row: dict[str, object] = {"procs": procs, "mb": int(mb)}
+            row: dict[str, Any] = {"procs": procs, "mb": int(mb)}
             for s in STEPS:
                 row[s + "_ms"] = round(1e3 * statistics.median(o[mb][s] for o in outs), 2)
             rows.append(row)
-    cols = ["procs", "mb"] + [s + "_ms" for s in STEPS]
-    print(" | ".join(cols))
-    for r in rows:
-        print(" | ".join(str(r[c]) for c in cols))
+    print(table("page-locking a set, medians over the processes", rows,
+                ["procs", "mb"] + [s + "_ms" for s in STEPS]))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pin_probe.json").write_text(json.dumps(
         {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
