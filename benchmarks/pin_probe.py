@@ -1,6 +1,7 @@
 """What a holdout's trip through host memory costs in a fresh sandbox-like process.
 
     python benchmarks/pin_probe.py [--out DIR] [--sizes-mb 16,64,160] [--procs 1,12]
+                                   [--busy none,kernels,contexts]
 
 A candidate's harness reads its two holdout sets from files and page-locks them
 (`tensor.pin_memory()`) in its lock-free idle step, then copies them to the device under
@@ -13,6 +14,12 @@ per set size, in N fresh processes started at once (N=1: quiet; N=12: a batch's 
 - register: `cudaHostRegister` of the pageable tensor's own pages (no copy, no new memory);
 - h2d_pinned / h2d_pageable: a synchronised host-to-device copy from each (what the
   exclusive phase pays per set).
+Each round runs beside one kind of other work on the card (`--busy`), as a batch's slots
+do: none (a quiet card), kernels (another process's matmuls back to back, as a timed
+candidate's runs) or contexts (processes starting CUDA contexts four at a time, as new
+sandboxes and workers do). In the twenty-eighth session's H100 pass, registering the
+holdouts in place left the harness's pin step where `pin_memory()` had it (0.53 s against
+0.51 s median), though quiet it costs 1/10: the busy rounds ask what it waits for.
 Prints a table of medians over the processes; writes DIR/pin_probe.json. Skips without CUDA.
 """
 
@@ -20,11 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -62,6 +72,23 @@ for mb in sizes:
                "h2d_pageable": h2d_pageable}
 print(json.dumps(out))
 '''
+BUSY = {  # other work on the card during a round; each prints "ready" once it runs
+    "none": None,
+    "kernels": r'''
+import torch
+a = torch.randn(8192, 8192, device="cuda"); torch.cuda.synchronize(); print("ready", flush=True)
+while True:
+    for _ in range(20): a @ a
+    torch.cuda.synchronize()
+''',
+    "contexts": r'''
+import subprocess, sys
+START = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+print("ready", flush=True)
+while True:
+    for p in [subprocess.Popen([sys.executable, "-c", START]) for _ in range(4)]: p.wait()
+''',
+}
 STEPS = ("pin", "pin_again", "register", "h2d_pinned", "h2d_registered", "h2d_pageable")
 
 
@@ -78,27 +105,52 @@ def _round(sizes: str, procs: int) -> list[dict]:
     return outs
 
 
+@contextmanager
+def _busy(kind: str) -> Iterator[None]:
+    """The card kept busy with `kind` of work (BUSY) while the block runs; then its whole
+    process group is killed, so no child of it keeps the card."""
+    code = BUSY[kind]
+    if code is None:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"busy work {kind!r} did not start")
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--sizes-mb", default="16,64,160")
     ap.add_argument("--procs", default="1,12")
+    ap.add_argument("--busy", default="none", help="comma list of: " + ",".join(BUSY))
     args = ap.parse_args()
+    busy = args.busy.split(",")
+    if unknown := [b for b in busy if b not in BUSY]:
+        ap.error(f"unknown --busy {unknown}: choose from {sorted(BUSY)}")
     import torch
 
     if not torch.cuda.is_available():
         print("no CUDA: skipped")
         return
     rows = []
-    for procs in (int(p) for p in args.procs.split(",")):
-        outs = _round(args.sizes_mb, procs)
+    for kind, procs in ((b, int(p)) for b in busy for p in args.procs.split(",")):
+        with _busy(kind):
+            outs = _round(args.sizes_mb, procs)
         for mb in outs[0]:
-            row: dict[str, Any] = {"procs": procs, "mb": int(mb)}
+            row: dict[str, Any] = {"busy": kind, "procs": procs, "mb": int(mb)}
             for s in STEPS:
                 row[s + "_ms"] = round(1e3 * statistics.median(o[mb][s] for o in outs), 2)
             rows.append(row)
     print(table("page-locking a set, medians over the processes", rows,
-                ["procs", "mb"] + [s + "_ms" for s in STEPS]))
+                ["busy", "procs", "mb"] + [s + "_ms" for s in STEPS]))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pin_probe.json").write_text(json.dumps(
         {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
