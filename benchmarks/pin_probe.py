@@ -12,6 +12,7 @@ per set size, in N fresh processes started at once (N=1: quiet; N=12: a batch's 
 - pin: `pin_memory()` of a loaded (pageable) tensor, the harness's way today;
 - pin_again: the same after the first pinned block was freed (the caching host allocator);
 - register: `cudaHostRegister` of the pageable tensor's own pages (no copy, no new memory);
+- register_refused: the same pages registered again, which the runtime refuses;
 - h2d_pinned / h2d_pageable: a synchronised host-to-device copy from each (what the
   exclusive phase pays per set).
 Each round runs beside one kind of other work on the card (`--busy`), as a batch's slots
@@ -64,12 +65,15 @@ for mb in sizes:
     err, register = clock(lambda: rt.cudaHostRegister(other.data_ptr(), n, 0))
     if int(err) == 0:  # cudaSuccess
         _, h2d_registered = clock(lambda: dev.copy_(other))
+        again, refused = clock(lambda: rt.cudaHostRegister(other.data_ptr(), n, 0))
+        refused = refused if int(again) else float("nan")  # must be refused: registered
+        rt.cudaGetLastError()  # the refusal's sticky-until-read runtime error
         rt.cudaHostUnregister(other.data_ptr())
     else:
-        register = h2d_registered = float("nan")
+        register = h2d_registered = refused = float("nan")
     out[mb] = {"pin": pin, "pin_again": pin_again, "register": register,
-               "h2d_pinned": h2d_pinned, "h2d_registered": h2d_registered,
-               "h2d_pageable": h2d_pageable}
+               "register_refused": refused, "h2d_pinned": h2d_pinned,
+               "h2d_registered": h2d_registered, "h2d_pageable": h2d_pageable}
 print(json.dumps(out))
 '''
 BUSY = {  # other work on the card during a round; each prints "ready" once it runs
@@ -89,7 +93,8 @@ while True:
     for p in [subprocess.Popen([sys.executable, "-c", START]) for _ in range(4)]: p.wait()
 ''',
 }
-STEPS = ("pin", "pin_again", "register", "h2d_pinned", "h2d_registered", "h2d_pageable")
+STEPS = ("pin", "pin_again", "register", "register_refused", "h2d_pinned", "h2d_registered",
+         "h2d_pageable")
 
 
 def _round(sizes: str, procs: int) -> list[dict]:
