@@ -137,8 +137,9 @@ class HostPages:
     page-locked block and copies into it: 0.5-0.6 s median per candidate in an H100 batch
     of 12 sandboxes, where registering 160 MB took 8 ms alone and 33 ms with 12 processes
     at it (`pin_memory()` 91 and 310 ms: benchmarks/pin_probe.py). A storage the driver
-    refuses (no driver API, a page registered already) takes `pin` (pin_memory), and one
-    that cannot be pinned either stays pageable: its copy is slower, never wrong.
+    refuses (no driver API, no context yet, a page registered already) takes `pin`
+    (pin_memory), and one that cannot be pinned either stays pageable: its copy is
+    slower, never wrong.
     `release()` unregisters, once no copy from them is queued (after a sync)."""
 
     def __init__(self, pin: Callable[[torch.Tensor], torch.Tensor], driver: Any) -> None:
