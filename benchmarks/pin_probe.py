@@ -97,8 +97,8 @@ while True:
     for p in [subprocess.Popen([sys.executable, "-c", START]) for _ in range(4)]: p.wait()
 ''',
 }
-STEPS = ("staged", "pin", "pin_again", "register", "register_refused", "h2d_pinned", "h2d_registered",
-         "h2d_pageable")
+STEPS = ("staged", "pin", "pin_again", "register", "register_refused", "h2d_pinned",
+         "h2d_registered", "h2d_pageable")
 
 
 def _round(sizes: str, procs: int) -> list[dict]:
