@@ -48,8 +48,7 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                   adaptive_shadow: bool = True, zygote: int = -1, workers: int = 1,
                   holdouts: int = 2, epoch_ms: int | None = None, judges: int = -1,
                   permit_at_done: bool = False, pause_compiling: bool = True,
-                  gpu_places: int = 0, pause_starting: bool = True,
-                  register_holdouts: bool = False) -> Any:
+                  gpu_places: int = 0, pause_starting: bool = True) -> Any:
     """The benchmark's VerifyOptions (fresh `cache`): full checks, 30 timed runs."""
     from services.verifier.options import VerifyOptions
     from services.verifier.sandbox import ZYGOTE_MODE
@@ -61,7 +60,7 @@ def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
                             adaptive_shadow=adaptive_shadow, workers=workers,
                             holdouts=holdouts, judges=judges, permit_at_done=permit_at_done,
                             pause_compiling=pause_compiling, gpu_places=gpu_places,
-                            pause_starting=pause_starting, register_holdouts=register_holdouts,
+                            pause_starting=pause_starting,
                             isolation={-1: "auto", 0: "unshare+uid", 1: ZYGOTE_MODE}[zygote])
     if epoch_ms is not None:
         options = replace(options, shared_epoch_s=epoch_ms / 1000)
@@ -74,7 +73,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
               holdouts: int = 2, epoch_ms: int | None = None,
               batches: int = 1, judges: int = -1, early: bool = False,
               pause_compiling: bool = True, gpu_places: int = 0,
-              pause_starting: bool = True, register_holdouts: bool = False) -> dict[str, Any]:
+              pause_starting: bool = True) -> dict[str, Any]:
     """One pass. `batches` > 1: the verifier service's way, one session across its batches
     (each a new copy: new problems, cold compiles); the last one is reported, its clock
     from its own start (the session, its fork server and warm sandboxes already up)."""
@@ -84,8 +83,7 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
     options = bench_options(cache, warm_slots, builders, adaptive_shadow, zygote,
                             holdouts=holdouts, epoch_ms=epoch_ms, judges=judges,
                             permit_at_done=early, pause_compiling=pause_compiling,
-                            gpu_places=gpu_places, pause_starting=pause_starting,
-                            register_holdouts=register_holdouts)
+                            gpu_places=gpu_places, pause_starting=pause_starting)
     items = [(p, s) for _, p, s in batch]
     earlier, lock0 = [], {}
     if batches > 1:  # as VerifierCore._get_session makes it
@@ -246,12 +244,11 @@ def _parse_config(spec: str) -> tuple[str, dict[str, int]]:
     kv = dict(item.split("=", 1) for item in body.split(",") if item)
     unknown = set(kv) - {"workers", "slots", "builders", "shadow", "zygote", "holdouts", "epoch",
                          "batches", "judges", "early", "pausecompile", "gpuplaces",
-                         "pausestart", "regholdouts"}
+                         "pausestart"}
     if not name or unknown:
         raise SystemExit(f"bad --config {spec!r}: want NAME:workers=N,slots=N,builders=N,"
                          "shadow=0|1,zygote=0|1,holdouts=N,epoch=MS,batches=N,judges=N,"
-                         "early=0|1,pausecompile=0|1,gpuplaces=N,pausestart=0|1,"
-                         "regholdouts=0|1")
+                         "early=0|1,pausecompile=0|1,gpuplaces=N,pausestart=0|1")
     return name, {k: int(v) for k, v in kv.items()}
 
 
@@ -314,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                          "while another is timed), gpuplaces (N < workers: at most N "
                          "sandboxes past their first GPU request, the rest only start; 0: "
                          "no cap), pausestart (0: a sandbox started ahead is left running "
-                         "while another is timed, until its job), regholdouts (1: holdouts "
-                         "page-locked in place by the driver, not copied by pin_memory)")
+                         "while another is timed, until its job)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"torch": torch.__version__}
@@ -336,8 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = tempfile.mkdtemp(prefix="kzbench-cache-")
     default = {"workers": args.workers, "slots": 1, "builders": 0, "shadow": 1, "zygote": -1,
                "holdouts": 2, "epoch": -1, "batches": args.batches, "judges": -1,
-               "early": 0, "pausecompile": 1, "gpuplaces": 0, "pausestart": 1,
-               "regholdouts": 0}
+               "early": 0, "pausecompile": 1, "gpuplaces": 0, "pausestart": 1}
     passes = [("cold", cache, default)] + ([] if args.quick or args.cold_only
                                            else [("warm", cache, default)])
     if args.compare_unpooled:  # side by side: same batch, own fresh cache, no warm slots
@@ -359,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                                  cfg["epoch"] if cfg["epoch"] >= 0 else None, cfg["batches"],
                                  cfg["judges"], bool(cfg["early"]),
                                  bool(cfg["pausecompile"]), cfg["gpuplaces"],
-                                 bool(cfg["pausestart"]), bool(cfg["regholdouts"]))
+                                 bool(cfg["pausestart"]))
         _save(args.out, result)
         print(table(f"pass {name}", [pass_row(name, result[name])], PASS_COLS), flush=True)
     if not args.no_timer:

@@ -73,8 +73,7 @@ def _gpu_memory(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 TIMING_DIAG = ("flush_ms", "host_ms", "host_late", "attempts", "retried", "stream_median_ms",
                "gap_ms", "attempt_medians_ms", "shadow_ratio", "side_stream", "retries_cut",
-               "holdout_ratio", "holdout_raised", "holdout_margin_ms", "side_stream_rechecked",
-               "holdout_registered", "holdout_pinned", "holdout_pageable")  # HostPages
+               "holdout_ratio", "holdout_raised", "holdout_margin_ms", "side_stream_rechecked")
 
 
 def _exclusive(rows: list[dict[str, Any]], problems: list[str], wall: float) -> dict[str, Any]:

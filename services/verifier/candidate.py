@@ -117,6 +117,5 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
                          "holdout_files": timing.get("holdout_files", []),
                          "warmup": options.warmup, "runs": n + secrets.randbelow(n // 4 + 1),
                          "flush_bytes": options.flush_mb << 20,
-                         "adaptive_shadow": options.adaptive_shadow,
-                         "register_holdouts": options.register_holdouts}
+                         "adaptive_shadow": options.adaptive_shadow}
     return job

@@ -32,8 +32,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kz_checks, kz_timing, ...
 # Before the candidate: these modules bind the real torch functions at import.
 from kz_build import build_all  # noqa: E402
-from kz_checks import (HostPages, driver_api, flatten, output_problems, rotating,  # noqa: E402
-                       unchanged)
+from kz_checks import flatten, output_problems, rotating, unchanged  # noqa: E402
 from kz_jit_warm import CBuilds, warm_triton  # noqa: E402
 from kz_records import Pending  # noqa: E402
 from kz_timing_stats import LongestStep  # noqa: E402
@@ -53,12 +52,7 @@ warm_kernels()  # the first call's kernel loads, off the shared lock
 _WARM_S = round(time.monotonic() - _WARM_S, 4)  # its seconds (diagnostics)
 JOB = json.loads(sys.stdin.readline())  # before anything the candidate could touch
 
-_load, _save, _equal = torch.load, torch.save, torch.equal
-# holdout inputs page-locked while they wait (their copies in the runs are then fast):
-# registered in place, or else (VerifyOptions.register_holdouts off) pin_memory's copies
-PAGES = HostPages(torch.Tensor.pin_memory,
-                  driver_api() if (JOB.get("timing") or {}).get("register_holdouts") else None,
-                  ) if JOB["device"] == "cuda" else None
+_load, _save, _equal, _pin = torch.load, torch.save, torch.equal, torch.Tensor.pin_memory
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
 configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])
@@ -94,6 +88,16 @@ def _import_solution() -> object:
 
 def _to_device(x: object) -> object:
     return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
+def _pinned(x: object) -> object:
+    """A holdout input, page-locked while it waits (its copy in the run is then fast)."""
+    if isinstance(x, torch.Tensor) and DEVICE == "cuda":
+        try:
+            return _pin(x)
+        except RuntimeError:
+            return x
+    return x
 
 
 def _read(name: str, loaded: dict[str, list]) -> list:
@@ -184,7 +188,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     _mark("timing_inputs_ask", part)
     raw = [_read(f, loaded) for f in held]
     _mark("timing_inputs_holdouts_load", part)
-    sets += [[PAGES(x) for x in s] for s in raw] if PAGES else raw
+    sets += [[_pinned(x) for x in s] for s in raw]
     _mark("timing_inputs_holdouts_pin", part)
     args, loads = rotating(sets)  # one set of input objects, each set's contents in turn
     fns = [lambda a=a: model(*a) for a in args]
@@ -205,8 +209,6 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
     echo = echo_calls(fns[:n], loads)  # still under the exclusive lock: it runs kernels
     _CTRL.write("KZ-DONE\n")  # the parent releases the GPU lock; saving happens after
     _mark("timed")
-    if PAGES:  # the holdouts' copies ended in once()'s sync
-        PAGES.release()
     last = stats.pop("last_outputs")
     if side_stream:  # a kernel that behaves only while timed is caught here too
         REPORT["errors"].append(["timing", f"{side_stream} Triton launches on a "
@@ -216,8 +218,7 @@ def _timing(models: dict[int, torch.nn.Module], loaded: dict[str, list]) -> None
         REPORT["errors"].append(["timing", "no Triton launch during the timed runs"])
     REPORT["errors"].extend(echo)
     REPORT["timing"] = {**stats, "holdout_ms": held_ms,
-                        "holdout_margin_ms": TIMER.once_margin_ms,
-                        **{f"holdout_{k}": n for k, n in (PAGES.counts if PAGES else {}).items()}}
+                        "holdout_margin_ms": TIMER.once_margin_ms}
     for name, outputs in (("timed", last), ("holdout", held)):
         for k, out in enumerate(outputs):
             outs = flatten(out)

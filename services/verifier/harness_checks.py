@@ -1,5 +1,5 @@
 """Output and input checks of the sandboxed harness (copied next to it as kz_checks.py),
-and the timed runs' inputs: rotating contents, holdouts page-locked where they lie.
+and the timed runs' rotating inputs.
 
 Standalone (torch only) and imported by the harness before the solution, so the torch
 functions it uses are the real ones. Nothing here decides a pass: the parent repeats
@@ -8,7 +8,6 @@ these checks on the tensors it reads back (services/verifier/candidate.py).
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -114,59 +113,3 @@ def _layout(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return (type(x), x.dtype, tuple(x.shape), x.stride())  # any device: copied over
     return ("value", repr(x))
-
-
-def driver_api() -> Any:
-    """The CUDA driver's cuMemHostRegister/cuMemHostUnregister, or None. The driver API, not
-    the runtime's cudaHostRegister: a refused runtime call stays behind as the runtime's
-    last error, which torch's next kernel-launch check would raise as the candidate's."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")  # loaded already by torch's CUDA context
-        reg, unreg = lib.cuMemHostRegister_v2, lib.cuMemHostUnregister
-    except (OSError, AttributeError):
-        return None
-    reg.argtypes, reg.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint], ctypes.c_int
-    unreg.argtypes, unreg.restype = [ctypes.c_void_p], ctypes.c_int
-    return reg, unreg
-
-
-class HostPages:
-    """Holdout inputs page-locked in place until their runs: the driver registers each
-    tensor's own storage, so its copy to the device (in the exclusive phase) runs at
-    pinned speed with no page-locked copy made first. `pin_memory()` allocates a new
-    page-locked block and copies into it: 0.5-0.6 s median per candidate in an H100 batch
-    of 12 sandboxes, where registering 160 MB took 8 ms alone and 33 ms with 12 processes
-    at it (`pin_memory()` 91 and 310 ms: benchmarks/pin_probe.py). A storage the driver
-    refuses (no driver API, no context yet, a page registered already) takes `pin`
-    (pin_memory), and one that cannot be pinned either stays pageable: its copy is
-    slower, never wrong.
-    `release()` unregisters, once no copy from them is queued (after a sync)."""
-
-    def __init__(self, pin: Callable[[torch.Tensor], torch.Tensor], driver: Any) -> None:
-        self._pin = pin
-        self._driver = driver  # driver_api(): (register, unregister), or None
-        self._held: dict[int, torch.Tensor] = {}  # registered storages: address -> a tensor
-        self.counts = {"registered": 0, "pinned": 0, "pageable": 0}  # tensors (diagnostics)
-
-    def __call__(self, x: object) -> object:
-        if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or not x.numel():
-            return x
-        ptr, end = _storage_span(x)
-        if ptr in self._held or (self._driver is not None
-                                 and self._driver[0](ptr, end - ptr, 0) == 0):
-            self._held[ptr] = x  # alive until release(): registered pages must not be freed
-            self.counts["registered"] += 1
-            return x
-        try:
-            pinned = self._pin(x)
-        except RuntimeError:
-            self.counts["pageable"] += 1
-            return x
-        self.counts["pinned"] += 1
-        return pinned
-
-    def release(self) -> None:
-        if self._driver is not None:
-            for ptr in self._held:
-                self._driver[1](ptr)
-        self._held.clear()

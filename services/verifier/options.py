@@ -63,11 +63,6 @@ class VerifyOptions:
     # new inputs of the timed shape, each timed once after the timed runs and checked: a
     # time faster than theirs came from inputs seen before (caching; candidate.py)
     holdouts: int = 2
-    # the harness page-locks the holdouts where torch.load left them (the driver registers
-    # their pages: ~1/10 of pin_memory's cost on an H100, benchmarks/pin_probe.py) instead
-    # of pin_memory's new block and copy; off until measured in a batch (verifier_notes.md,
-    # twenty-seventh session)
-    register_holdouts: bool = False
     sol_margin: float = 0.75  # reject times below margin * speed-of-light bound
     policy: str = DEFAULT_POLICY
     isolation: str = "auto"  # or a mode from sandbox.MODES

@@ -5,10 +5,7 @@ The cheats here memoise by input object or contents, or rewrite earlier outputs 
 
 from __future__ import annotations
 
-import pytest
-
 from services.verifier import harness_checks, timing, timing_stats
-from tests.services.verifier.conftest import gpu
 from tests.services.verifier.timer_fakes import FakeDevice, cpu_loop_timer, fake_timer
 
 
@@ -165,92 +162,3 @@ def test_a_snapshot_copies_plain_tensors_only() -> None:
     assert snap[0] is not x and torch.equal(snap[0], x) and snap[1][0] is not x
     assert snap[1][1] == 2 and snap[2] is sub and snap[3] == "s"
     assert type(snap) is list and type(snap[1]) is tuple
-
-
-class _Driver:
-    """The two driver entry points HostPages calls, answering `code` to each register."""
-
-    def __init__(self, code: int = 0) -> None:
-        self.code, self.registered, self.unregistered = code, [], []  # type: ignore[var-annotated]
-
-    def register(self, ptr: int, size: int, flags: int) -> int:
-        self.registered.append((ptr, size, flags))
-        return self.code
-
-    def unregister(self, ptr: int) -> int:
-        self.unregistered.append(ptr)
-        return 0
-
-
-def test_holdouts_are_registered_once_per_storage_and_released() -> None:
-    import torch
-
-    d = _Driver()
-    pages = harness_checks.HostPages(lambda t: t.clone(), (d.register, d.unregister))
-    base = torch.arange(1024, dtype=torch.float32)
-    views = [pages(base[:512]), pages(base[512:]), pages(torch.zeros(8)), pages(3),
-             pages(torch.empty(0))]
-    assert isinstance(views[0], torch.Tensor) and views[0].data_ptr() == base.data_ptr()
-    assert [r[1] for r in d.registered] == [4096, 32]  # whole storages, the shared one once
-    assert pages.counts == {"registered": 3, "pinned": 0, "pageable": 0}
-    pages.release()
-    assert sorted(d.unregistered) == sorted(r[0] for r in d.registered)
-
-
-def test_a_storage_the_driver_refuses_is_pinned_and_one_that_cannot_be_stays_pageable() -> None:
-    import torch
-
-    pinned: list[torch.Tensor] = []
-
-    def pin(t: torch.Tensor) -> torch.Tensor:
-        pinned.append(t)
-        return t.clone()
-
-    pages = harness_checks.HostPages(pin, (_Driver(712).register, _Driver().unregister))
-    x = torch.ones(16)
-    assert pages(x) is not x and len(pinned) == 1  # the copy pin_memory() makes
-
-    def no_pin(t: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("no page-locked memory")
-
-    pageable = harness_checks.HostPages(no_pin, (_Driver(712).register, _Driver().unregister))
-    assert pageable(x) is x and pageable.counts["pageable"] == 1
-    assert harness_checks.HostPages(no_pin, None)(x) is x  # no driver API: pin_memory's turn
-
-
-@gpu
-@pytest.mark.gpu
-def test_the_driver_registers_a_loaded_tensor_where_it_lies() -> None:
-    """The runtime sees the driver's registration (torch calls the tensor pinned, and a
-    non-blocking copy reads it right), and a refusal leaves no error for the next launch."""
-    import torch
-
-    torch.zeros(1, device="cuda")  # the context: the harness's calls made it by now
-    x = torch.randn(16 << 20)  # 64 MB, as torch.load leaves it
-    pages = harness_checks.HostPages(torch.Tensor.pin_memory, harness_checks.driver_api())
-    assert pages(x) is x and pages.counts["registered"] == 1 and x.is_pinned()
-    dev = torch.empty_like(x, device="cuda").copy_(x, non_blocking=True)
-    torch.cuda.synchronize()
-    assert torch.equal(dev.cpu(), x)
-    again = harness_checks.HostPages(torch.Tensor.pin_memory, harness_checks.driver_api())
-    y = again(x[1:])  # its pages are registered already: the driver refuses, pin_memory's turn
-    assert again.counts == {"registered": 0, "pinned": 1, "pageable": 0} and y is not x
-    assert torch.equal((dev + 1).cpu(), x + 1)  # a kernel launch after the refusal: no error
-    pages.release()
-    assert not x.is_pinned()
-
-
-def test_the_job_says_whether_the_harness_registers_its_holdouts() -> None:
-    from types import SimpleNamespace
-    from typing import Any
-
-    from services.verifier import candidate
-    from services.verifier.options import VerifyOptions
-
-    bundle: Any = SimpleNamespace(meta={"trials": [], "shapes": [], "timing": {
-        "shape_index": 0, "files": ["t0.pt"], "holdout_files": ["h0.pt"]}})
-    inside: Any = SimpleNamespace(work="/work", inputs="/inputs")
-    assert not VerifyOptions().register_holdouts  # pin_memory's copies until measured
-    for on in (False, True):
-        job = candidate._job(bundle, VerifyOptions(device="cuda", register_holdouts=on), inside)
-        assert job["timing"]["register_holdouts"] is on
