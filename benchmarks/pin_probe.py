@@ -21,8 +21,9 @@ Each round runs beside one kind of other work on the card (`--busy`), as a batch
 do: none (a quiet card), kernels (another process's matmuls back to back, as a timed
 candidate's runs) or contexts (processes starting CUDA contexts four at a time, as new
 sandboxes and workers do). In the twenty-eighth session's H100 pass, registering the
-holdouts in place left the harness's pin step where `pin_memory()` had it (0.53 s against
-0.51 s median), though quiet it costs 1/10: the busy rounds ask what it waits for.
+holdouts in place left the harness's pin step where `pin_memory()` had it (0.585 s against
+0.625 s median per timed honest row), though quiet it costs 1/10: the busy rounds ask
+whether such work on the card is what it waits for (it was not: verifier_notes.md).
 Prints a table of medians over the processes; writes DIR/pin_probe.json. Skips without CUDA.
 """
 
