@@ -19,8 +19,9 @@ per set size, in N fresh processes started at once (N=1: quiet; N=12: a batch's 
   exclusive phase pays per set).
 Each round runs beside one kind of other work on the card (`--busy`), as a batch's slots
 do: none (a quiet card), kernels (another process's matmuls back to back, as a timed
-candidate's runs) or contexts (processes starting CUDA contexts four at a time, as new
-sandboxes and workers do). In the twenty-eighth session's H100 pass, registering the
+candidate's runs), contexts (processes starting CUDA contexts four at a time, as new
+sandboxes and workers do) or teardowns (the same, each holding 8 GB of device memory and
+1 GB page-locked when it exits, as a candidate's process with its poison reservation). In the twenty-eighth session's H100 pass, registering the
 holdouts in place left the harness's pin step where `pin_memory()` had it (0.585 s against
 0.625 s median per timed honest row), though quiet it costs 1/10: the busy rounds ask
 whether such work on the card is what it waits for (it was not: verifier_notes.md).
@@ -98,6 +99,15 @@ START = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
 print("ready", flush=True)
 while True:
     for p in [subprocess.Popen([sys.executable, "-c", START]) for _ in range(4)]: p.wait()
+''',
+    "teardowns": r'''
+import subprocess, sys
+HEAVY = ("import torch; d = torch.empty(8 << 30, dtype=torch.uint8, device='cuda'); "
+         "h = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True); "
+         "torch.cuda.synchronize()")
+print("ready", flush=True)
+while True:
+    for p in [subprocess.Popen([sys.executable, "-c", HEAVY]) for _ in range(4)]: p.wait()
 ''',
 }
 STEPS = ("staged", "pin", "pin_again", "register", "register_refused", "h2d_pinned",
