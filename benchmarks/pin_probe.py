@@ -1,7 +1,7 @@
 """What a holdout's trip through host memory costs in a fresh sandbox-like process.
 
     python benchmarks/pin_probe.py [--out DIR] [--sizes-mb 16,64,160] [--procs 1,12]
-                                   [--busy none,kernels,contexts]
+                                   [--busy none,kernels,contexts,teardowns]
 
 A candidate's harness reads its two holdout sets from files and page-locks them
 (`tensor.pin_memory()`) in its lock-free idle step, then copies them to the device under
@@ -21,10 +21,12 @@ Each round runs beside one kind of other work on the card (`--busy`), as a batch
 do: none (a quiet card), kernels (another process's matmuls back to back, as a timed
 candidate's runs), contexts (processes starting CUDA contexts four at a time, as new
 sandboxes and workers do) or teardowns (the same, each holding 8 GB of device memory and
-1 GB page-locked when it exits, as a candidate's process with its poison reservation). In the twenty-eighth session's H100 pass, registering the
-holdouts in place left the harness's pin step where `pin_memory()` had it (0.585 s against
-0.625 s median per timed honest row), though quiet it costs 1/10: the busy rounds ask
-whether such work on the card is what it waits for (it was not: verifier_notes.md).
+1 GB page-locked when it exits, as a candidate's process with its poison reservation).
+In the twenty-eighth session's H100 pass, registering the holdouts in place left the
+harness's pin step where `pin_memory()` had it (0.585 s against 0.625 s median per timed
+honest row), though quiet it costs 1/10: the busy rounds ask whether such work on the
+card is what it waits for (kernels and contexts were not; teardowns not yet run:
+verifier_notes.md).
 Prints a table of medians over the processes; writes DIR/pin_probe.json. Skips without CUDA.
 """
 
