@@ -39,9 +39,10 @@ import signal
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -86,6 +87,12 @@ for mb in sizes:
                "h2d_registered": h2d_registered, "h2d_pageable": h2d_pageable}
 print(json.dumps(out))
 '''
+SPAWN = r'''
+import subprocess, sys
+print("ready", flush=True)
+while True:  # four at a time, each a fresh process that runs CODE and exits
+    for p in [subprocess.Popen([sys.executable, "-c", CODE]) for _ in range(4)]: p.wait()
+'''
 BUSY = {  # other work on the card during a round; each prints "ready" once it runs
     "none": None,
     "kernels": r'''
@@ -95,22 +102,12 @@ while True:
     for _ in range(20): a @ a
     torch.cuda.synchronize()
 ''',
-    "contexts": r'''
-import subprocess, sys
-START = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
-print("ready", flush=True)
-while True:
-    for p in [subprocess.Popen([sys.executable, "-c", START]) for _ in range(4)]: p.wait()
-''',
-    "teardowns": r'''
-import subprocess, sys
-HEAVY = ("import torch; d = torch.empty(8 << 30, dtype=torch.uint8, device='cuda'); "
-         "h = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True); "
-         "torch.cuda.synchronize()")
-print("ready", flush=True)
-while True:
-    for p in [subprocess.Popen([sys.executable, "-c", HEAVY]) for _ in range(4)]: p.wait()
-''',
+    "contexts": "CODE = %r\n" % (
+        "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()") + SPAWN,
+    "teardowns": "CODE = %r\n" % (
+        "import torch; d = torch.empty(8 << 30, dtype=torch.uint8, device='cuda'); "
+        "h = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True); "
+        "torch.cuda.synchronize()") + SPAWN,
 }
 STEPS = ("staged", "pin", "pin_again", "register", "register_refused", "h2d_pinned",
          "h2d_registered", "h2d_pageable")
