@@ -1,7 +1,7 @@
 """What a holdout's trip through host memory costs in a fresh sandbox-like process.
 
     python benchmarks/pin_probe.py [--out DIR] [--sizes-mb 16,64,160] [--procs 1,12]
-                                   [--busy none,kernels,contexts,teardowns]
+                                   [--busy none,kernels,contexts,teardowns] [--sandbox MODE]
 
 A candidate's harness reads its two holdout sets from files and page-locks them
 (`tensor.pin_memory()`) in its lock-free idle step, then copies them to the device under
@@ -26,7 +26,10 @@ In the twenty-eighth session's H100 pass, registering the holdouts in place left
 harness's pin step where `pin_memory()` had it (0.585 s against 0.625 s median per timed
 honest row), though quiet it costs 1/10: the busy rounds ask whether such work on the
 card is what it waits for (kernels and contexts were not; teardowns not yet run:
-verifier_notes.md).
+verifier_notes.md). `--sandbox MODE` (e.g. unshare+uid, as root) runs each probe process
+in the verifier's own sandbox (sandbox.Process: its uid, namespaces, mounts, and a cgroup
+with the harness's memory.max), which a plain process lacks: does any of that make the
+driver's page-locking slow?
 Prints a table of medians over the processes; writes DIR/pin_probe.json. Skips without CUDA.
 """
 
@@ -35,11 +38,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -113,8 +119,11 @@ STEPS = ("staged", "pin", "pin_again", "register", "register_refused", "h2d_pinn
          "h2d_registered", "h2d_pageable")
 
 
-def _round(sizes: str, procs: int) -> list[dict]:
+def _round(sizes: str, procs: int, mode: str | None) -> list[dict]:
     """`procs` fresh processes started together; each one's seconds per size and step."""
+    if mode is not None:
+        with ThreadPoolExecutor(procs) as pool:
+            return list(pool.map(lambda _: _sandboxed(sizes, mode), range(procs)))
     kids = [subprocess.Popen([sys.executable, "-c", CHILD, sizes], stdout=subprocess.PIPE,
                              text=True) for _ in range(procs)]
     outs = []
@@ -124,6 +133,30 @@ def _round(sizes: str, procs: int) -> list[dict]:
             raise SystemExit(f"probe child failed with exit code {kid.returncode}")
         outs.append(json.loads(stdout.strip().splitlines()[-1]))
     return outs
+
+
+def _sandboxed(sizes: str, mode: str) -> dict:
+    """One probe process in the verifier's sandbox, with a slot's memory limit."""
+    from services.verifier import sandbox
+    from services.verifier import sandbox_mounts as M
+    from services.verifier.options import VerifyOptions
+
+    base = Path(tempfile.mkdtemp(prefix="kz-pin-probe-"))
+    try:
+        dirs = [base / n for n in ("work", "inputs", "cache")]
+        for d in dirs:
+            d.mkdir()
+        os.chmod(base, 0o711)  # the sandbox's uid binds its dirs from here
+        view = M.View(str(dirs[0]), str(dirs[1]), str(dirs[2]), "cuda")
+        limits = sandbox.Limits(600, 600, VerifyOptions().memory_limit_mb << 20)
+        res = sandbox.run(mode, view, [sys.executable, "-I", "-c", CHILD, sizes],
+                          {"HOME": M.WORK, "OMP_NUM_THREADS": "1"}, limits, b"", base)
+        if res.returncode != 0:
+            raise SystemExit(f"sandboxed probe ({res.isolation}) failed: {res.describe()}\n"
+                             f"{res.stderr_tail[-2000:]}")
+        return json.loads(res.stdout_tail.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @contextmanager
@@ -152,6 +185,8 @@ def main() -> None:
     ap.add_argument("--sizes-mb", default="16,64,160")
     ap.add_argument("--procs", default="1,12")
     ap.add_argument("--busy", default="none", help="comma list of: " + ",".join(BUSY))
+    ap.add_argument("--sandbox", metavar="MODE", default=None,
+                    help="run each probe process in the verifier's sandbox of this mode")
     args = ap.parse_args()
     busy = args.busy.split(",")
     if unknown := [b for b in busy if b not in BUSY]:
@@ -164,14 +199,15 @@ def main() -> None:
     rows = []
     for kind, procs in ((b, int(p)) for b in busy for p in args.procs.split(",")):
         with _busy(kind):
-            outs = _round(args.sizes_mb, procs)
+            outs = _round(args.sizes_mb, procs, args.sandbox)
         for mb in outs[0]:
-            row: dict[str, Any] = {"busy": kind, "procs": procs, "mb": int(mb)}
+            row: dict[str, Any] = {"busy": kind, "procs": procs, "mb": int(mb),
+                                   "sandbox": args.sandbox or "none"}
             for s in STEPS:
                 row[s + "_ms"] = round(1e3 * statistics.median(o[mb][s] for o in outs), 2)
             rows.append(row)
     print(table("page-locking a set, medians over the processes", rows,
-                ["busy", "procs", "mb"] + [s + "_ms" for s in STEPS]))
+                ["sandbox", "busy", "procs", "mb"] + [s + "_ms" for s in STEPS]))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pin_probe.json").write_text(json.dumps(
         {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
