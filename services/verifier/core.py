@@ -242,7 +242,7 @@ class Session:
                                     # the reference worker's own clock: diagnostics only
                                     "reference_steps_s": bundle.meta.get("steps_s"),
                                     "reference_phase_s": bundle.meta.get("phase_s"),
-                                    "reference_timing": _baseline_summary(bundle.meta),
+                                    "reference_timing": perf.baseline_summary(bundle.meta),
                                     "reference_warm_start": bundle.meta.get("warm_start"),
                                     "reference_gpu_peak_mb": bundle.meta.get("gpu_peak_mb")})
         if o.device == "cuda" and not out.failures:
@@ -312,20 +312,6 @@ class Session:
             out.fail("timing", f"impossible time {c_ms:.4g} ms: below {self.options.sol_margin} x "
                                f"the speed-of-light bound {b['sol_s'] * 1e3:.4g} ms "
                                "(timer evasion)")
-
-
-_BASELINE_KEYS = ("median_ms", "attempts", "retried", "retries_cut", "runs", "b2b_runs", "loop",
-                  "host_late")
-
-
-def _baseline_summary(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """How each baseline was timed (attempts, runs, loop): diagnostics of the exclusive
-    phase a bundle held, every other sandbox paused meanwhile."""
-    t = meta.get("timing")
-    if not isinstance(t, dict):
-        return None
-    return {name: {k: st.get(k) for k in _BASELINE_KEYS} for name in ("naive", "optimized")
-            if isinstance(st := t.get(name), dict)}
 
 
 def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> VerifyReport:

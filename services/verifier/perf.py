@@ -46,6 +46,20 @@ def holdout_floor(median_ms: float, holdout_ms: Sequence[float],
     return max(median_ms, fastest / (1 + HOLDOUT_SLACK)), ratio, reason
 
 
+BASELINE_KEYS = ("median_ms", "attempts", "retried", "retries_cut", "runs", "b2b_runs", "loop",
+                 "host_late")
+
+
+def baseline_summary(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """How each baseline was timed (attempts, runs, loop): diagnostics of the exclusive
+    phase a bundle held, every other sandbox paused meanwhile."""
+    t = meta.get("timing")
+    if not isinstance(t, dict):
+        return None
+    return {name: {k: st.get(k) for k in BASELINE_KEYS} for name in ("naive", "optimized")
+            if isinstance(st := t.get(name), dict)}
+
+
 def peak_path(cache_dir: str, device_name: str) -> Path:
     return Path(cache_dir) / f"peak-{re.sub(r'[^A-Za-z0-9]+', '_', device_name)}.json"
 

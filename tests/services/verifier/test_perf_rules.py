@@ -36,3 +36,13 @@ def test_holdout_runs_floor_the_time_and_reject_a_cache() -> None:
     assert why is not None and "cached by input contents" in why and ratio == 4.0
     # the content cache in a busy 476-candidate H200 batch read 2.16-2.97: rejected too
     assert perf.holdout_floor(0.5, [1.08, 1.2])[2] is not None
+
+
+def test_baseline_summary_keeps_how_each_baseline_was_timed() -> None:
+    timing = {"naive": {"median_ms": 1.5, "attempts": 2, "runs": 50, "times_ms": [1.5] * 50},
+              "optimized": None, "shape_index": 0}
+    summary = perf.baseline_summary({"timing": timing})
+    assert summary is not None and set(summary) == {"naive"}  # no ModelOpt: no entry
+    assert summary["naive"]["median_ms"] == 1.5 and summary["naive"]["runs"] == 50
+    assert "times_ms" not in summary["naive"] and summary["naive"]["loop"] is None
+    assert perf.baseline_summary({}) is None  # a bundle that was never timed (CPU)
