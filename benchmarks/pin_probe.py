@@ -25,11 +25,11 @@ sandboxes and workers do) or teardowns (the same, each holding 8 GB of device me
 In the twenty-eighth session's H100 pass, registering the holdouts in place left the
 harness's pin step where `pin_memory()` had it (0.585 s against 0.625 s median per timed
 honest row), though quiet it costs 1/10: the busy rounds ask whether such work on the
-card is what it waits for (kernels and contexts were not; teardowns not yet run:
-verifier_notes.md). `--sandbox MODE` (e.g. unshare+uid, as root) runs each probe process
-in the verifier's own sandbox (sandbox.Process: its uid, namespaces, mounts, and a cgroup
-with the harness's memory.max), which a plain process lacks: does any of that make the
-driver's page-locking slow?
+card is what it waits for. `--sandbox MODE` (e.g. unshare+uid, as root) runs each probe
+process in the verifier's own sandbox (sandbox.Process: its uid, namespaces, mounts, and a
+cgroup with the harness's memory.max), which a plain process lacks. None of kernels,
+contexts, teardowns or the sandbox made a registration slow (H100, twenty-eighth and
+twenty-ninth sessions, verifier_notes.md).
 Prints a table of medians over the processes; writes DIR/pin_probe.json. Skips without CUDA.
 """
 
