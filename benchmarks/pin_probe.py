@@ -38,12 +38,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -138,25 +136,16 @@ def _round(sizes: str, procs: int, mode: str | None) -> list[dict]:
 def _sandboxed(sizes: str, mode: str) -> dict:
     """One probe process in the verifier's sandbox, with a slot's memory limit."""
     from services.verifier import sandbox
-    from services.verifier import sandbox_mounts as M
     from services.verifier.options import VerifyOptions
+    from services.verifier.sandbox_mounts import WORK
 
-    base = Path(tempfile.mkdtemp(prefix="kz-pin-probe-"))
-    try:
-        dirs = [base / n for n in ("work", "inputs", "cache")]
-        for d in dirs:
-            d.mkdir()
-        os.chmod(base, 0o711)  # the sandbox's uid binds its dirs from here
-        view = M.View(str(dirs[0]), str(dirs[1]), str(dirs[2]), "cuda")
-        limits = sandbox.Limits(600, 600, VerifyOptions().memory_limit_mb << 20)
-        res = sandbox.run(mode, view, [sys.executable, "-I", "-c", CHILD, sizes],
-                          {"HOME": M.WORK, "OMP_NUM_THREADS": "1"}, limits, b"", base)
-        if res.returncode != 0:
-            raise SystemExit(f"sandboxed probe ({res.isolation}) failed: {res.describe()}\n"
-                             f"{res.stderr_tail[-2000:]}")
-        return json.loads(res.stdout_tail.strip().splitlines()[-1])
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    limits = sandbox.Limits(600, 600, VerifyOptions().memory_limit_mb << 20)
+    res = sandbox.run_scratch(mode, "cuda", [sys.executable, "-I", "-c", CHILD, sizes],
+                              {"HOME": WORK, "OMP_NUM_THREADS": "1"}, limits)
+    if res.returncode != 0:
+        raise SystemExit(f"sandboxed probe ({res.isolation}) failed: {res.describe()}\n"
+                         f"{res.stderr_tail[-2000:]}")
+    return json.loads(res.stdout_tail.strip().splitlines()[-1])
 
 
 @contextmanager

@@ -114,6 +114,20 @@ def choose_mode(requested: str, device: str) -> str:
 
 
 def _probe(mode: str, device: str) -> bool:
+    # Cheap probe: the interpreter starts and sees torch (importing it costs seconds).
+    code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') else 3)"
+    try:
+        res = run_scratch(mode, device, [sys.executable, "-I", "-c", code],
+                          {"PATH": "/usr/bin"}, Limits(60, 60, None))
+        return res.returncode == 0
+    except (OSError, SandboxError):
+        return False
+
+
+def run_scratch(mode: str, device: str, argv: list[str], env: dict[str, str],
+                limits: Limits) -> RunResult:
+    """Run trusted `argv` in a sandbox of `mode` with empty work/inputs/cache dirs, removed
+    after (the modes' probe; benchmarks that measure what the sandbox itself costs)."""
     base = Path(os.environ.get("KZ_VERIFIER_TMP", "/tmp")) / f"kzv-probe-{uuid.uuid4().hex[:8]}"
     try:
         work, inputs, cache = (base / n for n in ("work", "inputs", "cache"))
@@ -121,13 +135,7 @@ def _probe(mode: str, device: str) -> bool:
             d.mkdir(parents=True)
         os.chmod(base, 0o711)
         view = M.View(str(work), str(inputs), str(cache), device)
-        # Cheap probe: the interpreter starts and sees torch (importing it costs seconds).
-        code = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') else 3)"
-        res = run(mode, view, [sys.executable, "-I", "-c", code], {"PATH": "/usr/bin"},
-                  Limits(60, 60, None), b"", base)
-        return res.returncode == 0
-    except (OSError, SandboxError):
-        return False
+        return run(mode, view, argv, env, limits, b"", base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -46,6 +46,18 @@ def test_strongest_mode_is_preferred() -> None:
         assert MODES[0] == "bwrap+uid"
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_scratch_run_runs_its_argv_and_leaves_no_dirs(mode: str, base: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KZ_VERIFIER_TMP", str(base))  # under /tmp: a sandbox uid reaches it
+    before = set(base.iterdir())
+    argv = [sys.executable, "-I", "-c", "import sys; print('ran', sys.argv[1])", "arg"]
+    res = sandbox.run_scratch(mode, "cpu", argv, {}, sandbox.Limits(60, 60, 4 << 30))
+    assert res.returncode == 0 and res.stdout_tail.strip() == "ran arg", res.describe()
+    assert res.isolation.startswith(mode)
+    assert not [p for p in set(base.iterdir()) - before if p.name.startswith("kzv-probe-")]
+
+
 @pytest.mark.parametrize("mode", UID_MODES)
 def test_uid_is_dropped_and_root_files_unreadable(mode: str, base: Path) -> None:
     secret = base / "secret"
