@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The verifier benchmark's device calls, each one command (run from the repo root there).
 #   bash benchmarks/device_verifier.sh record
-#       The rate of record (483 candidates, --repeat 7), on an H200 only: any other card
-#       exits 3 at once, before the wheels are installed.
+#       The rate of record (490 candidates, --repeat 7; 483 before the cheat suite's 34th,
+#       precision_downcast), on an H200 only: any other card exits 3 at once, before the
+#       wheels are installed.
 #   bash benchmarks/device_verifier.sh ab OLD_DIR ORDER [benchmark args]
 #       This checkout and OLD_DIR (a `git archive` of the baseline, carried as `.old`) side
-#       by side on one machine, default 207 candidates a pass, primed; then the table of
-#       benchmarks/verifier_ab.py, whose baseline column is the old run (old1 if two).
+#       by side on one machine, default 210 candidates a pass (207 before
+#       precision_downcast), primed; then the table of benchmarks/verifier_ab.py, whose
+#       baseline column is the old run (old1 if two).
 #       ORDER: new-first, old-first (two passes, ~310 s on an H100), new-old-new and
 #       old-new-old run three passes in one call (~470 s on an H100), each capped at 190 s,
 #       so that a drift over the call falls on both sides: read the middle run against the
 #       mean of the outer two.
 #   bash benchmarks/device_verifier.sh pass [benchmark args]
-#       One pass of this checkout alone, default 69 candidates primed with 12 (~90 s on an
+#       One pass of this checkout alone, default 70 candidates primed with 12 (~90 s on an
 #       H100): a check of what a pass records (e.g. `prime_stubs`), never a rate to compare.
 #       With `--config NAME:K=V` a second pass of this checkout follows, other settings.
 #   bash benchmarks/device_verifier.sh tests
