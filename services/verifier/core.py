@@ -138,7 +138,9 @@ class Session:
 
     def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
         """The problem's bundle, or why it is unusable. A build that ran the device out of
-        memory is made once more when there is room: other workers may have held it."""
+        memory is made once more when there is room (other workers may have held it), by a
+        worker started then: a pre-started one may have made its CUDA context in the same
+        shortage (on an H100 one died of it at `torch.empty(1, device="cuda")`)."""
         try:
             b = self._build_once(problem_src)
         except ProblemError as exc:
@@ -146,14 +148,14 @@ class Session:
                 return exc
             with self.memory.room(gpu_memory.MIN_NEED, self._room_wait_s):
                 try:
-                    b = self._build_once(problem_src)
+                    b = self._build_once(problem_src, fresh=True)
                 except ProblemError as again:
                     return again
         with self._guard:  # the unsettled ones only: a service's session lives long
             self._built = [x for x in self._built if not x.settled] + [b]
         return b
 
-    def _build_once(self, problem_src: str) -> reference.ReferenceBundle:
+    def _build_once(self, problem_src: str, fresh: bool = False) -> reference.ReferenceBundle:
         o = self.options
         name = perf.gpu_name_hint()
         # Every bundle built before a peak is cached measures one (~1 s of GPU): no verdict
@@ -161,7 +163,8 @@ class Session:
         need_peak = o.device == "cuda" and perf.load_peak(o.cache, name) is None
         return reference.build(problem_src, o, self.base, self.mode, timing=o.device == "cuda",
                                measure_peak=need_peak, gates=self._gates("reference"),
-                               slots=self.ref_slots, on_settled=self._settled)
+                               slots=None if fresh else self.ref_slots,
+                               on_settled=self._settled)
 
     def _settled(self, bundle: reference.ReferenceBundle) -> None:
         if bundle.meta.get("peak"):

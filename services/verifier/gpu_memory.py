@@ -22,9 +22,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-# (the last: the tail of torch's message, all that is left of it where a text was cut short)
+# (the fourth: the tail of torch's message, all that is left of it where a text was cut
+# short; the last two: cudaErrorUnknown, which a device with no memory left also gives: on
+# an 80 GB H100 at 80.9 GB used, two reference workers' compares failed with it beside a
+# third worker's "out of memory" (verifier_notes.md, thirtieth session). A failure for
+# another reason that gives it costs one more run, judged like the first.)
 OOM = re.compile(r"out of memory|OutOfMemoryError|cudaErrorMemoryAllocation"
-                 r"|[0-9.]+ [GMK]iB of which [0-9.]+ [GMK]iB is free", re.IGNORECASE)
+                 r"|[0-9.]+ [GMK]iB of which [0-9.]+ [GMK]iB is free"
+                 r"|CUDA error: unknown error|cudaErrorUnknown", re.IGNORECASE)
 # Room asked for before a rerun: at least this, or the problem's own size times NEED_FACTOR
 # (inputs, their pre-call copies, outputs, the timed sets and the parent's compare)
 MIN_NEED = 4 << 30
@@ -36,7 +41,8 @@ _UNIT = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}
 
 
 def out_of_memory(texts: Iterable[str]) -> bool:
-    """Does any of `texts` (a verdict's reasons, a worker's error) report CUDA OOM?"""
+    """Does any of `texts` (a verdict's reasons, a worker's error) report CUDA OOM, or the
+    unknown error a device out of memory also gives?"""
     return any(OOM.search(t) for t in texts if isinstance(t, str))
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from services.verifier import candidate, gpu_memory, judgement
+from services.verifier import candidate, gpu_memory, judgement, reference
 from services.verifier.core import Session
 from services.verifier.exceptions import ProblemError
 from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
@@ -51,6 +51,11 @@ def test_out_of_memory_is_read_from_torch_and_driver_messages() -> None:
     assert out_of_memory(["runtime: harness crashed: 18 GiB of which 510.62 MiB is free. "
                           "Including non-PyTorch memory, this process has 774.00 MiB"])
     assert not out_of_memory(["numerics: call 0: max abs error 3.2", ""])
+    # what a device with no memory left also says (H100, thirtieth session)
+    assert out_of_memory(["torch.AcceleratorError: CUDA error: unknown error\nSearch for "
+                          "`cudaErrorUnknown' in https://docs.nvidia.com/cuda/"])
+    assert not out_of_memory(["torch.AcceleratorError: CUDA error: an illegal memory access "
+                              "was encountered"])
 
 
 def test_a_request_beyond_the_whole_device_is_not_run_again() -> None:
@@ -152,28 +157,30 @@ def test_no_rerun_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not r.passed and len(calls) == 1
 
 
-def test_a_reference_build_that_ran_out_is_built_again(
-        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    builds: list[int] = []
+@pytest.mark.parametrize("error", [TORCH_OOM, "torch.AcceleratorError: CUDA error: unknown "
+                                              "error"], ids=["oom", "unknown"])
+def test_a_reference_build_that_ran_out_is_built_again_by_a_fresh_worker(
+        session: Any, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
+    builds: list[bool] = []
     real = Session._build_once
 
-    def build_once(self: Session, problem: str) -> ReferenceBundle:
-        builds.append(1)
+    def build_once(self: Session, problem: str, fresh: bool = False) -> ReferenceBundle:
+        builds.append(fresh)
         if len(builds) == 1:
-            raise ProblemError(f"problem failed to run: {TORCH_OOM}")
-        return real(self, problem)
+            raise ProblemError(f"problem failed to run: {error}")
+        return real(self, problem, fresh)
 
     monkeypatch.setattr(Session, "_build_once", build_once)
     r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
     assert r.passed, r.reasons
-    assert len(builds) == 2
+    assert builds == [False, True]  # the first from the pool, the rebuild started anew
 
 
 def test_an_unusable_problem_is_not_built_again(
         session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     builds: list[int] = []
 
-    def build_once(self: Session, problem: str) -> ReferenceBundle:
+    def build_once(self: Session, problem: str, fresh: bool = False) -> ReferenceBundle:
         builds.append(1)
         raise ProblemError("problem failed to run: NameError: name 'x' is not defined")
 
@@ -305,3 +312,16 @@ def test_the_parent_gives_its_cache_back_only_when_the_device_is_short(
     monkeypatch.setattr(gpu_memory, "_mem_info", lambda: (free_gb << 30, 80 << 30))
     assert gpu_memory.release_cached() is released
     assert emptied == ([1] if released else [])
+
+
+def test_a_fresh_build_takes_no_pre_started_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(reference, "build", lambda *a, **k: seen.append(k["slots"]))
+    s = Session(replace(CPU_OPTIONS, warm_slots=1))
+    try:
+        assert s.ref_slots is not None
+        s._build_once(problem_src("add"))
+        s._build_once(problem_src("add"), fresh=True)
+    finally:
+        s.close()
+    assert seen == [s.ref_slots, None]
