@@ -24,9 +24,9 @@ from typing import Any
 
 # (the fourth: the tail of torch's message, all that is left of it where a text was cut
 # short; the last two: cudaErrorUnknown, which a device with no memory left also gives: on
-# an 80 GB H100 at 80.9 GB used, two reference workers' compares failed with it beside a
-# third worker's "out of memory" (verifier_notes.md, thirtieth session). A failure for
-# another reason that gives it costs one more run, judged like the first.)
+# an 80 GB H100 with 80,893 of 81,559 MiB used, two reference workers' compares failed
+# with it beside a third worker's "out of memory" (verifier_notes.md, thirtieth session).
+# A failure for another reason that gives it costs one more run, judged like the first.)
 OOM = re.compile(r"out of memory|OutOfMemoryError|cudaErrorMemoryAllocation"
                  r"|[0-9.]+ [GMK]iB of which [0-9.]+ [GMK]iB is free"
                  r"|CUDA error: unknown error|cudaErrorUnknown", re.IGNORECASE)

@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.12.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.13.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
@@ -30,7 +30,9 @@ VERIFIER_VERSION = "1.12.0"  # 1.1: float64 reference accepted too; 1.2: compare
 # CUDA out-of-memory error is run once more when the device has room (on an 80 GB H100,
 # honest kernels were rejected because the batch's other processes held the memory); 1.12:
 # the allocator poisoning fills every free cached block (it filled one fresh 256 MB block a
-# call, and freed blocks of earlier calls kept their values)
+# call, and freed blocks of earlier calls kept their values); 1.13: "CUDA error: unknown
+# error", which a full device also gives, gets the same rerun, and a reference rebuild runs
+# on a worker started after the wait for room (an 80 GB H100 lost three problems of a batch)
 
 
 def _default_cache() -> str:
