@@ -139,8 +139,9 @@ class Session:
     def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
         """The problem's bundle, or why it is unusable. A build that ran the device out of
         memory is made once more when there is room (other workers may have held it), by a
-        worker started then: a pre-started one may have made its CUDA context in the same
-        shortage (on an H100 one died of it at `torch.empty(1, device="cuda")`)."""
+        worker started then, not a pre-started one that may still be making its CUDA
+        context (on an H100 one taken so died at `torch.empty(1, device="cuda")`; the pool
+        drops only workers already dead)."""
         try:
             b = self._build_once(problem_src)
         except ProblemError as exc:
