@@ -170,7 +170,19 @@ def _bytecode() -> str:
 def _driver_version() -> str:
     try:
         text = Path("/proc/driver/nvidia/version").read_text()
-        m = re.search(r"Kernel Module\s+(\S+)", text) or re.search(r"(\d+\.\d+(\.\d+)?)", text)
-        return m.group(1) if m else text.splitlines()[0][:80]
     except OSError:
         return "unknown"
+    return parse_driver_version(text)
+
+
+def parse_driver_version(text: str) -> str:
+    """The version in /proc/driver/nvidia/version's NVRM line: "... x86_64 Kernel Module
+    535.129.03  Thu Oct 19 ..." (proprietary) or "... Open Kernel Module for x86_64
+    580.159.04  Release Build ..." (open: the word after "Kernel Module", read until 1.13,
+    is "for" there). The first dotted number after "Kernel Module" on that line, else the
+    line itself."""
+    m = re.search(r"Kernel Module\b[^\n]*?\s(\d+\.\d+(?:\.\d+)?)(?!\S)", text)
+    if m:
+        return m.group(1)
+    first = text.splitlines()[0].strip() if text.strip() else ""
+    return first[:80] or "unknown"

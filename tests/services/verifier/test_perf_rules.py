@@ -46,3 +46,16 @@ def test_baseline_summary_keeps_how_each_baseline_was_timed() -> None:
     assert summary["naive"]["median_ms"] == 1.5 and summary["naive"]["runs"] == 50
     assert "times_ms" not in summary["naive"] and summary["naive"]["loop"] is None
     assert perf.baseline_summary({}) is None  # a bundle that was never timed (CPU)
+
+
+def test_driver_version_from_either_kernel_module_flavour() -> None:
+    open_km = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build"
+               "  (dvs-builder@U16-I3-B03-4-3)  Tue Sep 16 2025\nGCC version:  gcc version 13.3.0\n")
+    proprietary = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32"
+                   " UTC 2023\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    arm = "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  Release Build\n"
+    assert perf.parse_driver_version(open_km) == "580.159.04"
+    assert perf.parse_driver_version(proprietary) == "535.129.03"
+    assert perf.parse_driver_version(arm) == "550.54.15"
+    assert perf.parse_driver_version("something else\n") == "something else"
+    assert perf.parse_driver_version("") == "unknown"
