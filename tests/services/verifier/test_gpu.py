@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 
 import pytest
@@ -60,7 +61,8 @@ def test_correct_kernels_pass_with_performance_measured() -> None:
         assert r.passed, r.reasons
         assert r.perf_measured and r.timings and r.timings.candidate_ms > 0
         assert r.timings.naive_ms and r.speedup_vs_naive and r.speedup_vs_optimized
-        assert r.fingerprint.get("gpu") and r.fingerprint.get("driver")
+        assert r.fingerprint.get("gpu")
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)?", r.fingerprint["driver"]), r.fingerprint["driver"]
     big = reports[0]
     assert big.roofline_fraction is not None and 0.05 < big.roofline_fraction < 1.2
     assert big.timings.spread is not None and big.timings.spread < 0.1

@@ -49,10 +49,12 @@ def test_baseline_summary_keeps_how_each_baseline_was_timed() -> None:
 
 
 def test_driver_version_from_either_kernel_module_flavour() -> None:
-    open_km = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build"
-               "  (dvs-builder@U16-I3-B03-4-3)  Tue Sep 16 2025\nGCC version:  gcc version 13.3.0\n")
-    proprietary = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32"
-                   " UTC 2023\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    open_km = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04"
+               "  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Sep 16 2025\n"
+               "GCC version:  gcc version 13.3.0\n")
+    proprietary = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03"
+                   "  Thu Oct 19 18:56:32 UTC 2023\n"
+                   "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
     arm = "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  Release Build\n"
     assert perf.parse_driver_version(open_km) == "580.159.04"
     assert perf.parse_driver_version(proprietary) == "535.129.03"
