@@ -17,6 +17,11 @@
 #       One pass of this checkout alone, default 70 candidates primed with 12 (~90 s on an
 #       H100): a check of what a pass records (e.g. `prime_stubs`), never a rate to compare.
 #       With `--config NAME:K=V` a second pass of this checkout follows, other settings.
+#   bash benchmarks/device_verifier.sh hog GB [benchmark args]
+#       One pass of this checkout (default 210 candidates, --repeat 3, ~170 s on an H100)
+#       beside a process that holds GB GiB of the device: the card's memory runs short as a
+#       fuller card's would, so the pass shows whether any verdict changes (`oom_reruns`,
+#       honest passed). Output in $OUT/hog and $OUT/hog.log.
 #   bash benchmarks/device_verifier.sh tests
 #       The GPU tests (`-m gpu`, ~290 s on an H100), output in $OUT/gpu_tests.log. Test files
 #       whose imports the image lacks (datasketch, duckdb) hold no GPU test: their collection
@@ -29,10 +34,11 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
 mode=${1:-}; shift || true
 if [ "$mode" != record ] && [ "$mode" != tests ] && [ "$mode" != pass ] \
+   && { [ "$mode" != hog ] || ! [[ "${1:-}" =~ ^[1-9][0-9]*$ ]]; } \
    && { [ "$mode" != ab ] || [ $# -lt 2 ] \
      || [ ! -d "$1" ] || { [ "$2" != new-first ] && [ "$2" != old-first ] \
        && [ "$2" != new-old-new ] && [ "$2" != old-new-old ]; }; }; then
-  echo "usage: $0 record | tests | pass [benchmark args]" \
+  echo "usage: $0 record | tests | pass [benchmark args] | hog GB [benchmark args]" \
        "| ab OLD_DIR new-first|old-first|new-old-new|old-new-old [benchmark args]"; exit 2
 fi
 if [ "$mode" = record ] && ! grep -q H200 "$OUT/card.txt"; then
@@ -63,6 +69,19 @@ case "$mode" in
     run_pass . new 540
     grep -A2 "^pass |" "$OUT/new.log" | head -12 | cut -c1-400  # a --config pass's too
     prime_stubs new ;;
+  hog)
+    gb=$1; shift
+    args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer)
+    python3 -c "import sys, time, torch
+x = torch.empty(int(sys.argv[1]) << 30, dtype=torch.uint8, device='cuda'); x.fill_(1)
+torch.cuda.synchronize(); print('holding', x.numel() >> 20, 'MiB', flush=True); time.sleep(3600)" \
+      "$gb" > "$OUT/hog_holder.log" 2>&1 &
+    holder=$!
+    sleep 8; cat "$OUT/hog_holder.log"  # torch's import and the fill: held before the pass
+    run_pass . hog 480
+    kill "$holder"
+    grep -A2 "^pass |" "$OUT/hog.log" | head -3 | cut -c1-300
+    grep -o "oom_reruns=[0-9]*" "$OUT/hog.log" | head -1 ;;
   ab)
     old=$1; order=$2; shift 2
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)

@@ -20,8 +20,9 @@ from typing import Any
 
 from services.verifier import candidate, compare_device, gpu_memory, perf, reference, sandbox
 from services.verifier import workspace as W
-from services.verifier.exceptions import ProblemError, SandboxError
+from services.verifier.exceptions import DeviceShort, ProblemError, SandboxError
 from services.verifier.gpu_lock import GpuLock, KindOfHolder
+from services.verifier.oom_reruns import Reruns
 from services.verifier.options import VerifyOptions
 from services.verifier.permits import Permit, gpu_places_for, judges_for, warm_slots_for
 from services.verifier.pool import SlotPool
@@ -138,20 +139,16 @@ class Session:
 
     def _build(self, problem_src: str) -> reference.ReferenceBundle | ProblemError:
         """The problem's bundle, or why it is unusable. A build that ran the device out of
-        memory is made once more when there is room (other workers may have held it), by a
-        worker started then, not a pre-started one that may still be making its CUDA
-        context (on an H100 one taken so died at `torch.empty(1, device="cuda")`; the pool
-        drops only workers already dead)."""
+        memory is made again when there is room, by a worker started then, not a
+        pre-started one that may still be making its CUDA context (on an H100 one taken so
+        died at `torch.empty(1, device="cuda")`; the pool drops only workers already dead)."""
         try:
             b = self._build_once(problem_src)
         except ProblemError as exc:
-            if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
-                return exc
-            with self.memory.room(gpu_memory.MIN_NEED, self._room_wait_s):
-                try:
-                    b = self._build_once(problem_src, fresh=True)
-                except ProblemError as again:
-                    return again
+            got = self._reruns().build(exc, lambda: self._build_once(problem_src, fresh=True))
+            if isinstance(got, ProblemError):
+                return got
+            b = got
         with self._guard:  # the unsettled ones only: a service's session lives long
             self._built = [x for x in self._built if not x.settled] + [b]
         return b
@@ -185,6 +182,8 @@ class Session:
                             isolation=self.mode)
         except SandboxError as exc:
             return rejected("internal", [f"sandbox failure: {exc}"], o.device, isolation=self.mode)
+        except DeviceShort as exc:  # the batch's, not the candidate's nor the problem's
+            return rejected("internal", [str(exc)], o.device, isolation=self.mode)
         except Exception as exc:  # noqa: BLE001 - never crash on a candidate
             tb = traceback.format_exc(limit=3)[-600:]
             return rejected("internal", [f"verifier internal error: {type(exc).__name__}: {exc}",
@@ -205,8 +204,11 @@ class Session:
                 try:
                     rep = self._judge(solution_src, bundle, static.kernels, running)
                 except ProblemError as exc:  # its baselines' timing failed after all
-                    if again or self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
+                    if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
                         raise
+                    if again:
+                        raise DeviceShort("device out of memory in both timings of the "
+                                          f"problem's baselines: {exc}") from exc
                     self._forget(problem_src, bundle)
                     continue
             rep.details.setdefault("steps_s", {})["bundle"] = round(waited, 3)
@@ -259,25 +261,15 @@ class Session:
 
     def _run(self, solution_src: str, bundle: reference.ReferenceBundle,
              running: AbstractContextManager[Any] | None) -> candidate.Outcome:
-        """The candidate's sandbox run and judgement, made again (up to `oom_reruns` times)
-        after a CUDA out-of-memory failure, once the device has room (gpu_memory.py)."""
-        o = self.options
-        out = candidate.run(solution_src, bundle, o, self.base, self.mode, self._gates("harness"),
-                            self.slots, running)
-        reruns: list[dict[str, Any]] = []
-        while self.memory is not None and len(reruns) < o.oom_reruns and out.failures:
-            said = [r for _, r in out.failures] + [str(out.details.get("stderr_tail", ""))]
-            if not gpu_memory.worth_rerun(said, self.memory.total()):
-                break
-            with self.memory.room(gpu_memory.need_bytes(bundle.meta),
-                                  self._room_wait_s) as waited:
-                reruns.append({"reasons": [r[:300] for _, r in out.failures[:2]],
-                               "waited_s": waited})
-                out = candidate.run(solution_src, bundle, o, self.base, self.mode,
-                                    self._gates("harness"), self.slots, running)
-        if reruns:
-            out.details["oom_reruns"] = reruns
-        return out
+        """The candidate's sandbox run and judgement, made again after a CUDA out-of-memory
+        failure, once the device has room (oom_reruns.py)."""
+        def run() -> candidate.Outcome:
+            return candidate.run(solution_src, bundle, self.options, self.base, self.mode,
+                                 self._gates("harness"), self.slots, running)
+        return self._reruns().candidate(run(), gpu_memory.need_bytes(bundle.meta), run)
+
+    def _reruns(self) -> Reruns:
+        return Reruns(self.memory, self.options.oom_reruns, self._room_wait_s)
 
     def _performance(self, rep: VerifyReport, out: candidate.Outcome,
                      bundle: reference.ReferenceBundle) -> None:

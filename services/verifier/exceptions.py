@@ -17,3 +17,8 @@ class ProblemError(VerifierError):
 
 class SandboxError(VerifierError):
     """The sandbox could not be set up (not the candidate's fault)."""
+
+
+class DeviceShort(VerifierError):
+    """The device had no memory for a reference build in every try (the batch's processes
+    share it): no verdict, and nothing kept, so a later use builds the problem again."""

@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.13.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.14.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
@@ -32,7 +32,10 @@ VERIFIER_VERSION = "1.13.0"  # 1.1: float64 reference accepted too; 1.2: compare
 # the allocator poisoning fills every free cached block (it filled one fresh 256 MB block a
 # call, and freed blocks of earlier calls kept their values); 1.13: "CUDA error: unknown
 # error", which a full device also gives, gets the same rerun, and a reference rebuild runs
-# on a worker started after the wait for room (an 80 GB H100 lost three problems of a batch)
+# on a worker started after the wait for room (an 80 GB H100 lost three problems of a batch);
+# 1.14: up to three such reruns, each waiting for twice the room of the last, and a run or
+# build short of device memory every time is no verdict ("internal"), not a rejection of the
+# kernel at "runtime" or of the problem (an H100 beside a 16 GB hog rejected an honest one)
 
 
 def _default_cache() -> str:
@@ -111,8 +114,10 @@ class VerifyOptions:
     # phase (verifier_notes.md, eighteenth session)
     gpu_places: int = 0
     # runs made again after a CUDA out-of-memory failure, once the device has room: the
-    # sandboxes share its memory and have no quota each (gpu_memory.py); 0: none
-    oom_reruns: int = 1
+    # sandboxes share its memory and have no quota each (oom_reruns.py); 0: none. One was
+    # too few: beside a 16 GB hog on an H100 an honest kernel ran short twice (thirty-first
+    # session), and each rerun waits for twice the room of the one before
+    oom_reruns: int = 3
     max_redraws: int = 3  # non-discriminating trial redraws before rejecting the problem
     keep_artifacts: bool = False
 

@@ -178,7 +178,7 @@ def _driver_version() -> str:
 def parse_driver_version(text: str) -> str:
     """The version in /proc/driver/nvidia/version's NVRM line: "... x86_64 Kernel Module
     535.129.03  Thu Oct 19 ..." (proprietary) or "... Open Kernel Module for x86_64
-    580.159.04  Release Build ..." (open: the word after "Kernel Module", read until 1.13,
+    580.159.04  Release Build ..." (open: the word after "Kernel Module", read up to 1.13,
     is "for" there). The first dotted number after "Kernel Module" on that line, else the
     line itself."""
     m = re.search(r"Kernel Module\b[^\n]*?\s(\d+\.\d+(?:\.\d+)?)(?!\S)", text)

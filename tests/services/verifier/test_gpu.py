@@ -157,7 +157,7 @@ class ModelNew(nn.Module):
 def test_honest_kernels_beside_a_memory_hog_are_run_again_and_pass() -> None:
     """A candidate that takes all but 512 MB of the device for its whole run: honest
     candidates beside it run out of memory (the sandboxes have no quota each), are run
-    again once the device has room (gpu_memory.py), and pass; the hog is rejected. The
+    again once the device has room (oom_reruns.py), and pass; the hog is rejected. The
     problem's tensors are 512 MB each, so that a call needs more than the memory a sandbox
     keeps cached (a small one ran out of nothing beside the hog)."""
     from dataclasses import replace

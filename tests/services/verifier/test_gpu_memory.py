@@ -16,6 +16,7 @@ from services.verifier import candidate, gpu_memory, judgement, reference
 from services.verifier.core import Session
 from services.verifier.exceptions import ProblemError
 from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
+from services.verifier.oom_reruns import Reruns
 from services.verifier.reference import ReferenceBundle
 from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS, problem_src
 
@@ -130,12 +131,57 @@ def test_an_honest_kernel_starved_of_device_memory_passes_on_its_rerun(
         "runtime: harness crashed: torch.AcceleratorError: CUDA error: out of memory"[9:]]
 
 
-def test_a_kernel_that_keeps_running_out_is_run_again_once_and_rejected(session: Any) -> None:
+def test_a_kernel_short_of_memory_in_every_run_gets_no_verdict(session: Any) -> None:
+    """Not a rejection at "runtime": the batch's processes share the device, so running
+    short says nothing of the kernel (nor lets it pass)."""
     src = RAISES.format(message="CUDA out of memory. Tried to allocate 2.00 GiB")
     r = session.verify(problem_src("add"), src, policy="runtime_only")
-    assert not r.passed and r.stage == "runtime"
-    assert "out of memory" in " ".join(r.reasons)
-    assert len(r.details["oom_reruns"]) == 1  # oom_reruns=1: then its verdict stands
+    assert not r.passed and r.stage == "internal", r.reasons
+    assert len(r.details["oom_reruns"]) == 3  # oom_reruns=3
+    assert "device out of memory in all 4 runs" in r.reasons[0]
+    assert "Tried to allocate 2.00 GiB" in r.reasons[0]  # the last run's own words
+
+
+class _Asked(DeviceMemory):
+    """Always room; records the room each rerun asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(free=lambda: 80 * GIB)
+        self._total = 80 * GIB
+        self.asked: list[int] = []
+
+    def room(self, need: int, timeout_s: float) -> Any:
+        self.asked.append(need)
+        return super().room(need, timeout_s)
+
+
+def _outcome(short: bool) -> candidate.Outcome:
+    o = candidate.Outcome(isolation="stand-in")
+    if short:
+        o.fail("runtime", "harness crashed: " + TORCH_OOM)
+    return o
+
+
+def test_each_rerun_waits_for_twice_the_room_of_the_last() -> None:
+    mem = _Asked()
+    later = iter([_outcome(True), _outcome(False)])
+    out = Reruns(mem, 3, 1.0).candidate(_outcome(True), 4 * GIB, lambda: next(later))
+    assert not out.failures and len(out.details["oom_reruns"]) == 2
+    assert mem.asked == [4 * GIB, 8 * GIB]
+    mem = _Asked()
+    out = Reruns(mem, 3, 1.0).candidate(_outcome(True), 30 * GIB, lambda: _outcome(True))
+    assert mem.asked == [30 * GIB, 40 * GIB, 40 * GIB]  # at most half the device
+    assert [s for s, _ in out.failures] == ["internal"]
+    assert gpu_memory.rerun_need(GIB, 2, None) == 4 * GIB  # total unknown: no cap
+
+
+def test_a_kernel_that_fails_otherwise_on_its_rerun_is_judged_on_that(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _oom_once(monkeypatch)
+    wrong = RAISES.format(message="not a memory problem")
+    r = session.verify(problem_src("add"), wrong, policy="runtime_only")
+    assert not r.passed and r.stage == "runtime" and len(calls) == 2
+    assert "not a memory problem" in " ".join(r.reasons)
 
 
 def test_no_rerun_for_more_than_the_device_or_for_other_failures(session: Any) -> None:
@@ -174,6 +220,28 @@ def test_a_reference_build_that_ran_out_is_built_again_by_a_fresh_worker(
     r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
     assert r.passed, r.reasons
     assert builds == [False, True]  # the first from the pool, the rebuild started anew
+
+
+def test_a_build_short_of_memory_every_time_is_no_verdict_and_is_not_kept(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "problem unusable", which a session keeps for the problem's every candidate:
+    the next candidate builds it again."""
+    builds: list[bool] = []
+    real = Session._build_once
+
+    def build_once(self: Session, problem: str, fresh: bool = False) -> ReferenceBundle:
+        builds.append(fresh)
+        if len(builds) <= 4:
+            raise ProblemError(f"problem failed to run: {TORCH_OOM}")
+        return real(self, problem, fresh)
+
+    monkeypatch.setattr(Session, "_build_once", build_once)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert not r.passed and r.stage == "internal", r.reasons
+    assert "device out of memory in all 4 builds" in r.reasons[0]
+    assert builds == [False, True, True, True]
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert r.passed and builds == [False, True, True, True, False], r.reasons
 
 
 def test_an_unusable_problem_is_not_built_again(
@@ -275,6 +343,14 @@ def test_baselines_that_ran_out_get_a_new_bundle_and_the_candidate_a_new_run(
     assert len(built) == 2
     r2 = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
     assert r2.passed and len(built) == 2  # the new bundle serves the next candidates
+
+
+def test_baselines_that_ran_out_twice_are_no_verdict(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = _baselines_fail(monkeypatch, TORCH_OOM, builds=2)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert not r.passed and r.stage == "internal" and len(built) == 2, r.reasons
+    assert "both timings of the problem's baselines" in r.reasons[0]
 
 
 def test_baselines_that_failed_otherwise_leave_the_problem_unusable(
