@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,8 @@ def load(spec: str, pass_name: str) -> tuple[str, dict[str, Any]]:
     """`label=path` (or a bare path, labelled by its parent dir) -> (label, pass summary)."""
     label, _, path = spec.rpartition("=")
     p = Path(path)
-    data = json.loads(p.read_text())
+    # results kept in the repository are gzipped (benchmarks/results/README.md)
+    data = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
     if pass_name not in data:
         raise SystemExit(f"{p}: no pass named {pass_name!r} (has {sorted(data)})")
     return label or p.parent.name, data[pass_name]

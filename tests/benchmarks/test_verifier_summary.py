@@ -3,6 +3,7 @@ up to the summary it saved, and render the table line it printed."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -18,7 +19,11 @@ PRINTED = RESULTS / "verifier_bench_repeat7_7ccbd47_NVIDIA_H100_2026-12-06h"
 
 @pytest.fixture(scope="module")
 def saved() -> dict:
-    return json.loads(RUN.with_suffix(".json").read_text())
+    return _saved(RUN)
+
+
+def _saved(run: Path) -> dict:
+    return json.loads(gzip.decompress(run.with_suffix(".json.gz").read_bytes()))
 
 
 def _close(a: object, b: object) -> bool:
@@ -47,7 +52,7 @@ def test_the_rows_add_up_to_the_saved_summary(saved: dict, name: str) -> None:
 
 
 def test_a_pass_renders_the_line_it_printed() -> None:
-    saved = json.loads(PRINTED.with_suffix(".json").read_text())
+    saved = _saved(PRINTED)
     printed = [line for line in PRINTED.with_suffix(".log").read_text().splitlines()
                if line.startswith("cold | ")]
     rendered = table("", [pass_row("cold", saved["cold"])], PASS_COLS).splitlines()[-1]
