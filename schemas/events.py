@@ -174,6 +174,12 @@ class Timing(Record):
     )
 
 
+# Verdict stages that judge nothing of the kernel (or of the model that wrote it):
+# "internal", the verifier's own infrastructure or a device too full for any run (verifier
+# 1.14), and "problem", the rendered problem itself was unusable. Pass rates leave them out.
+UNJUDGED_STAGES = ("internal", "problem")
+
+
 class SolutionVerified(Record):
     """The verifier's verdict on one extracted solution."""
 
@@ -196,6 +202,11 @@ class SolutionVerified(Record):
     max_rel_error: float | None = None
     triton_launches: int | None = None
     fingerprint: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the verdict is on the kernel (its stage is not in UNJUDGED_STAGES)."""
+        return self.stage not in UNJUDGED_STAGES
 
 
 # --------------------------------------------------------------------------- curated

@@ -13,11 +13,13 @@ from services.challenger.curriculum import Curriculum
 class CurriculumCore:
     """Family and rung come from the verdict's ChallengeContext (event-carried state), so
     the core needs no join with the challenges topic; eval verdicts are ignored: frozen
-    evaluation sets must not steer training difficulty.
+    evaluation sets must not steer training difficulty, and so are verdicts that judged
+    nothing of the kernel (`SolutionVerified.judged`): counted as failures they would lower
+    a rung the solver may well hold.
     """
 
     name = "curriculum"
-    version = "1"
+    version = "2"  # 2: verdicts that judged nothing of the kernel are ignored
     inputs: tuple[str, ...] = ("verified",)
 
     def __init__(self, config: CurriculumConfig | None = None) -> None:
@@ -25,7 +27,8 @@ class CurriculumCore:
 
     def process(self, event: AnyEnvelope) -> list[BaseModel]:
         verdict = event.payload
-        if not isinstance(verdict, SolutionVerified) or verdict.context.purpose == "eval":
+        if (not isinstance(verdict, SolutionVerified) or verdict.context.purpose == "eval"
+                or not verdict.judged):
             return []
         ctx = verdict.context
         decision = self.curriculum.record(ctx.family, ctx.difficulty, verdict.passed)

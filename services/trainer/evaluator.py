@@ -42,14 +42,15 @@ class EvaluatorCore:
     """The evaluator service's core (state: eval challenges, sample outcomes, rounds)."""
 
     name = "evaluator"
-    version = "1"
+    version = "2"  # 2: verdicts that judged nothing of the kernel are left out of the rates
     inputs: tuple[str, ...] = ("challenges", "solutions", "extracted", "verified", "rounds")
 
     def __init__(self, config: EvaluatorConfig | None = None) -> None:
         self.cfg = config or EvaluatorConfig()
         self.arms: dict[str, tuple[int, int, str]] = {}  # challenge -> (round, arm, task type)
         self.expected: dict[str, int] = {}  # challenge -> n_samples
-        self.outcomes: dict[str, dict[int, bool]] = {}  # challenge -> sample index -> passed
+        # challenge -> sample index -> passed (None: the verdict judged nothing of the kernel)
+        self.outcomes: dict[str, dict[int, bool | None]] = {}
         self.trained: dict[int, tuple[RoundTrained, datetime]] = {}
         self.measured: dict[int, Counts] = {}  # round -> its candidate-arm counts, once decided
         self.decided: set[int] = set()
@@ -65,7 +66,9 @@ class EvaluatorCore:
         elif isinstance(p, SolutionExtracted) and p.context.purpose == "eval" and not p.accepted:
             self._outcome(p.challenge_id, p.context, p.sample_index, False)
         elif isinstance(p, SolutionVerified) and p.context.purpose == "eval":
-            self._outcome(p.challenge_id, p.context, p.sample_index, p.passed)
+            # a verdict that judged nothing of the kernel completes the sample, counts neither way
+            self._outcome(p.challenge_id, p.context, p.sample_index,
+                          p.passed if p.judged else None)
         elif isinstance(p, RoundTrained):
             self.trained.setdefault(p.round, (p, event.produced_at))
         elif isinstance(p, RoundEvaluated):
@@ -83,7 +86,7 @@ class EvaluatorCore:
         if ctx.eval_round is not None:
             self.arms.setdefault(cid, (ctx.round, ctx.eval_round, task_type(ctx.family, ctx.dtype)))
 
-    def _outcome(self, cid: str, ctx: ChallengeContext, index: int, passed: bool) -> None:
+    def _outcome(self, cid: str, ctx: ChallengeContext, index: int, passed: bool | None) -> None:
         self._register(cid, ctx)
         self.outcomes.setdefault(cid, {})[index] = passed
 
@@ -100,7 +103,8 @@ class EvaluatorCore:
         for cid, (r, a, ttype) in sorted(self.arms.items()):
             if r == rnd and a == arm:
                 for _, ok in sorted(self.outcomes.get(cid, {}).items()):
-                    out.add(ttype, ok)
+                    if ok is not None:
+                        out.add(ttype, ok)
         return out
 
     # ------------------------------------------------------------------ decisions

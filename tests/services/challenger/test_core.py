@@ -155,7 +155,8 @@ def core_request():
     return ProposalRequest(round=0, seed=0, index=0, attempt=0, difficulty={"softmax": 1})
 
 
-def verdict(family: str, difficulty: int, passed: bool, purpose: str = "train"):
+def verdict(family: str, difficulty: int, passed: bool, purpose: str = "train",
+            stage: str = "correctness"):
     op = {"softmax": "softmax", "matmul": "matmul"}[family]
     rng = get_op(op).cpu_range
     ctx = ChallengeContext(
@@ -165,7 +166,7 @@ def verdict(family: str, difficulty: int, passed: bool, purpose: str = "train"):
     )
     payload = SolutionVerified(
         challenge_id="r0-x", context=ctx, sample_index=0, code=None, code_hash=None,
-        verifier_version="1", passed=passed, stage="passed" if passed else "correctness",
+        verifier_version="1", passed=passed, stage="passed" if passed else stage,
         reasons=[], device="cpu", isolation="none", perf_measured=False,
     )
     return make_event(payload, producer=CONTROL, correlation_id="r0-x")
@@ -183,3 +184,13 @@ def test_curriculum_core_emits_decisions_and_ignores_eval() -> None:
     challenger = ChallengerCore(ChallengerConfig(cpu_mode=True, ops=["softmax"]))
     challenger.process(make_event(adj, producer=CONTROL, correlation_id="curriculum"))
     assert {c.difficulty for c in challenger.process(started(n=3))} == {1}
+
+
+def test_verdicts_that_say_nothing_of_the_solver_do_not_steer_the_curriculum() -> None:
+    core = CurriculumCore(CurriculumConfig(window=10, min_verdicts=5))
+    for stage in ("internal", "problem"):  # a full device, an unusable problem
+        for _ in range(10):
+            assert core.process(verdict("softmax", 1, False, stage=stage)) == []
+    outs = [o for _ in range(5) for o in core.process(verdict("softmax", 1, False))]
+    [adj] = outs  # the solver's own failures still count, from the first
+    assert (adj.old_difficulty, adj.new_difficulty, adj.window) == (1, 0, 5)

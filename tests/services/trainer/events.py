@@ -36,8 +36,10 @@ def curated(sid: str, *, family: str = "softmax", dtype: str = "float32", kept: 
     )
 
 
-def eval_outcomes(ch: ChallengeCreated, passes: int, n: int, *, failed_extractions: int = 0) -> list[BaseModel]:
-    """Sampled + extracted/verified events of `n` samples of eval challenge `ch`, `passes` passing."""
+def eval_outcomes(ch: ChallengeCreated, passes: int, n: int, *, failed_extractions: int = 0,
+                  unjudged: int = 0) -> list[BaseModel]:
+    """Sampled + extracted/verified events of `n` samples of eval challenge `ch`, `passes` passing;
+    the last `unjudged` verified ones "internal" (a device too full to run them)."""
     ctx = ChallengeContext.of(ch)
     out: list[BaseModel] = []
     for i in range(n):
@@ -56,4 +58,6 @@ def eval_outcomes(ch: ChallengeCreated, passes: int, n: int, *, failed_extractio
             verifier_version="v", passed=i - failed_extractions < passes, stage="passed", reasons=[],
             device="cpu", isolation="none", perf_measured=False,
         ))
+        if i >= n - unjudged:
+            out[-1] = out[-1].model_copy(update={"passed": False, "stage": "internal"})
     return out

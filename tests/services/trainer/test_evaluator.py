@@ -88,6 +88,17 @@ def test_extraction_failures_count_as_failures() -> None:
     assert ev.eval_pass_rates == {"reduction/float16": 0.6, "softmax/float32": 0.6}
 
 
+def test_verdicts_that_judged_nothing_complete_a_sample_but_count_neither_way() -> None:
+    core = EvaluatorCore(CFG)
+    cand = eval_challenges(TASKS, round=1, arm=1, cfg=TCFG)
+    trained = RoundTrained(round=1, adapter_path="/a", base_model="x", dataset_hash="d", metrics={},
+                           eval_challenge_ids=[c.challenge_id for c in cand])
+    outcomes = [o for c in cand for o in eval_outcomes(c, 6, 10, unjudged=4)]
+    (ev,) = feed(core, [trained, *cand, *outcomes])  # decided: every sample has its verdict
+    assert ev.eval_pass_rates == {"reduction/float16": 1.0, "softmax/float32": 1.0}
+    assert ev.eval_counts == {"reduction/float16": 6, "softmax/float32": 6}
+
+
 def test_timeout_decides_with_partial_data() -> None:
     core = EvaluatorCore(EvaluatorConfig(min_samples=10, timeout_s=60))
     trained, challenges, outcomes = round_events(1, 0, cand_passes=10, inc_passes=0)
