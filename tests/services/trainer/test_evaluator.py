@@ -78,23 +78,22 @@ def test_z_test_rule_rejects_no_gain_and_next_round_compares_with_incumbent() ->
     assert core.incumbent == 2
 
 
-def test_extraction_failures_count_as_failures() -> None:
-    core = EvaluatorCore(CFG)
+def candidate_arm_only(passes: int, **outcomes: int) -> list:  # type: ignore[type-arg]
+    """Round 1's events with its candidate arm alone: 10 samples a challenge."""
     cand = eval_challenges(TASKS, round=1, arm=1, cfg=TCFG)
     trained = RoundTrained(round=1, adapter_path="/a", base_model="x", dataset_hash="d", metrics={},
                            eval_challenge_ids=[c.challenge_id for c in cand])
-    outcomes = [o for c in cand for o in eval_outcomes(c, 10, 10, failed_extractions=4)]
-    (ev,) = feed(core, [trained, *cand, *outcomes])
+    return [trained, *cand, *(o for c in cand for o in eval_outcomes(c, passes, 10, **outcomes))]
+
+
+def test_extraction_failures_count_as_failures() -> None:
+    (ev,) = feed(EvaluatorCore(CFG), candidate_arm_only(10, failed_extractions=4))
     assert ev.eval_pass_rates == {"reduction/float16": 0.6, "softmax/float32": 0.6}
 
 
 def test_verdicts_that_judged_nothing_complete_a_sample_but_count_neither_way() -> None:
-    core = EvaluatorCore(CFG)
-    cand = eval_challenges(TASKS, round=1, arm=1, cfg=TCFG)
-    trained = RoundTrained(round=1, adapter_path="/a", base_model="x", dataset_hash="d", metrics={},
-                           eval_challenge_ids=[c.challenge_id for c in cand])
-    outcomes = [o for c in cand for o in eval_outcomes(c, 6, 10, unjudged=4)]
-    (ev,) = feed(core, [trained, *cand, *outcomes])  # decided: every sample has its verdict
+    # decided: every sample has its verdict
+    (ev,) = feed(EvaluatorCore(CFG), candidate_arm_only(6, unjudged=4))
     assert ev.eval_pass_rates == {"reduction/float16": 1.0, "softmax/float32": 1.0}
     assert ev.eval_counts == {"reduction/float16": 6, "softmax/float32": 6}
 
