@@ -2,7 +2,9 @@
 batch's processes can starve one another): a candidate's sandbox run and a problem's
 reference build, each up to `oom_reruns` times, each after the device has room, the room
 asked for doubling from one rerun to the next. One short in every run is no verdict on
-the kernel or the problem: an "internal" failure, or DeviceShort for a build.
+the kernel or the problem: an "internal" failure, or DeviceShort for a build. A request
+larger than the whole device is never rerun (the `oom` cheat), and a candidate that runs
+short on purpose costs the batch at most `times` more runs of itself, one at a time.
 """
 
 from __future__ import annotations
