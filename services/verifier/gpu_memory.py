@@ -65,11 +65,11 @@ def need_bytes(meta: dict[str, Any]) -> int:
 
 def rerun_need(need: int, k: int, total: int | None) -> int:
     """Room the k-th rerun (from 0) waits for: `need`, doubled for each rerun before it, at
-    most half the device. A rerun that ran short again found its room taken while it ran
+    most half the device (or `need` itself, if more). A rerun that ran short again found its room taken while it ran
     (on an H100 with a 16 GB hog beside a batch, one waited 0.04 s for 4 GB and failed
     again: verifier_notes.md, thirty-first session), so the next waits for a calmer device."""
     want = need << k
-    return min(want, total // 2) if total else want
+    return min(want, max(need, total // 2)) if total else want
 
 
 def starved(failures: list[tuple[str, str]], runs: int) -> list[tuple[str, str]]:

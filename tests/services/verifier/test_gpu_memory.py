@@ -173,6 +173,7 @@ def test_each_rerun_waits_for_twice_the_room_of_the_last() -> None:
     assert mem.asked == [30 * GIB, 40 * GIB, 40 * GIB]  # at most half the device
     assert [s for s, _ in out.failures] == ["internal"]
     assert gpu_memory.rerun_need(GIB, 2, None) == 4 * GIB  # total unknown: no cap
+    assert gpu_memory.rerun_need(48 * GIB, 1, 80 * GIB) == 48 * GIB  # never below the need
 
 
 def test_a_kernel_that_fails_otherwise_on_its_rerun_is_judged_on_that(
