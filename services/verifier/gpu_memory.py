@@ -63,24 +63,6 @@ def need_bytes(meta: dict[str, Any]) -> int:
     return max([MIN_NEED] + [NEED_FACTOR * n for n in sizes])
 
 
-def rerun_need(need: int, k: int, total: int | None) -> int:
-    """Room the k-th rerun (from 0) waits for: `need`, doubled for each rerun before it, at
-    most half the device (or `need` itself, if more). A rerun that ran short again found its room taken while it ran
-    (on an H100 with a 16 GB hog beside a batch, one waited 0.04 s for 4 GB and failed
-    again: verifier_notes.md, thirty-first session), so the next waits for a calmer device."""
-    want = need << k
-    return min(want, max(need, total // 2)) if total else want
-
-
-def starved(failures: list[tuple[str, str]], runs: int) -> list[tuple[str, str]]:
-    """The failures of a run made `runs` times, each short of device memory, as one
-    "internal" failure: the batch's processes share the device, so they say nothing of the
-    kernel (a rejection at "runtime" would count an honest kernel as wrong)."""
-    last = "; ".join(f"{s}: {r}" for s, r in failures)
-    return [("internal", f"device out of memory in all {runs} runs (its memory is shared by "
-                         f"the batch's processes): no verdict on the kernel; last: {last}"[:900])]
-
-
 def room_wait_s(options: Any) -> float:
     """The longest a rerun waits for room (then it starts anyway, and is judged on what it
     does): about as long as the processes that held the memory when the run failed can

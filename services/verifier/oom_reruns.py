@@ -19,6 +19,25 @@ from services.verifier.exceptions import DeviceShort, ProblemError
 from services.verifier.reference import ReferenceBundle
 
 
+def rerun_need(need: int, k: int, total: int | None) -> int:
+    """Room the k-th rerun (from 0) waits for: `need`, doubled for each rerun before it, at
+    most half the device (or `need` itself, if more). A rerun that ran short again found
+    its room taken while it ran (on an H100 with a 16 GB hog beside a batch, one waited
+    0.04 s for 4 GB and failed again: verifier_notes.md, thirty-first session), so the next
+    waits for a calmer device."""
+    want = need << k
+    return min(want, max(need, total // 2)) if total else want
+
+
+def starved(failures: list[tuple[str, str]], runs: int) -> list[tuple[str, str]]:
+    """The failures of a run made `runs` times, each short of device memory, as one
+    "internal" failure: the batch's processes share the device, so they say nothing of the
+    kernel (a rejection at "runtime" would count an honest kernel as wrong)."""
+    last = "; ".join(f"{s}: {r}" for s, r in failures)
+    return [("internal", f"device out of memory in all {runs} runs (its memory is shared by "
+                         f"the batch's processes): no verdict on the kernel; last: {last}"[:900])]
+
+
 @dataclass(frozen=True)
 class Reruns:
     memory: gpu_memory.DeviceMemory | None  # None: no device (CPU), never a rerun
@@ -38,9 +57,9 @@ class Reruns:
         while self.short(out):
             assert self.memory is not None
             if len(reruns) == self.times:  # short every time: no verdict on the kernel
-                out.failures[:] = gpu_memory.starved(out.failures, len(reruns) + 1)
+                out.failures[:] = starved(out.failures, len(reruns) + 1)
                 break
-            room = gpu_memory.rerun_need(need, len(reruns), self.memory.total())
+            room = rerun_need(need, len(reruns), self.memory.total())
             with self.memory.room(room, self.wait_s) as waited:
                 reruns.append({"reasons": [r[:300] for _, r in out.failures[:2]],
                                "waited_s": waited})
@@ -54,17 +73,16 @@ class Reruns:
         """After a build failed with `exc`: the bundle `again` builds once there is room if
         it ran short, else `exc` (the problem is unusable); DeviceShort if every build ran
         short."""
-        for k in range(self.times if self.memory is not None else 0):
-            if not gpu_memory.out_of_memory([str(exc)]):
-                return exc
-            assert self.memory is not None
-            room = gpu_memory.rerun_need(gpu_memory.MIN_NEED, k, self.memory.total())
+        if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
+            return exc
+        for k in range(self.times):
+            room = rerun_need(gpu_memory.MIN_NEED, k, self.memory.total())
             with self.memory.room(room, self.wait_s):
                 try:
                     return again()
                 except ProblemError as failed:
                     exc = failed
-        if self.memory is not None and gpu_memory.out_of_memory([str(exc)]):
-            raise DeviceShort(f"device out of memory in all {self.times + 1} builds of the "
-                              f"problem's reference: {exc}")
-        return exc
+            if not gpu_memory.out_of_memory([str(exc)]):
+                return exc
+        raise DeviceShort(f"device out of memory in all {self.times + 1} builds of the "
+                          f"problem's reference: {exc}")

@@ -16,7 +16,7 @@ from services.verifier import candidate, gpu_memory, judgement, reference
 from services.verifier.core import Session
 from services.verifier.exceptions import ProblemError
 from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
-from services.verifier.oom_reruns import Reruns
+from services.verifier.oom_reruns import Reruns, rerun_need
 from services.verifier.reference import ReferenceBundle
 from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS, problem_src
 
@@ -172,8 +172,8 @@ def test_each_rerun_waits_for_twice_the_room_of_the_last() -> None:
     out = Reruns(mem, 3, 1.0).candidate(_outcome(True), 30 * GIB, lambda: _outcome(True))
     assert mem.asked == [30 * GIB, 40 * GIB, 40 * GIB]  # at most half the device
     assert [s for s, _ in out.failures] == ["internal"]
-    assert gpu_memory.rerun_need(GIB, 2, None) == 4 * GIB  # total unknown: no cap
-    assert gpu_memory.rerun_need(48 * GIB, 1, 80 * GIB) == 48 * GIB  # never below the need
+    assert rerun_need(GIB, 2, None) == 4 * GIB  # total unknown: no cap
+    assert rerun_need(48 * GIB, 1, 80 * GIB) == 48 * GIB  # never below the need
 
 
 def test_a_kernel_that_fails_otherwise_on_its_rerun_is_judged_on_that(
