@@ -90,12 +90,19 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def read_saved(p: Path) -> dict[str, Any]:
+    """A benchmark's JSON, plain or gzipped (results kept in the repository are:
+    benchmarks/results/README.md)."""
+    data: dict[str, Any] = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
+                                      else p.read_text())
+    return data
+
+
 def load(spec: str, pass_name: str) -> tuple[str, dict[str, Any]]:
     """`label=path` (or a bare path, labelled by its parent dir) -> (label, pass summary)."""
     label, _, path = spec.rpartition("=")
     p = Path(path)
-    # results kept in the repository are gzipped (benchmarks/results/README.md)
-    data = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
+    data = read_saved(p)
     if pass_name not in data:
         raise SystemExit(f"{p}: no pass named {pass_name!r} (has {sorted(data)})")
     return label or p.parent.name, data[pass_name]

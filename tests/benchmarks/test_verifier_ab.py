@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks.verifier_ab import compare, load, render
+from benchmarks.verifier_ab import compare, load, read_saved, render
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 OLD = RESULTS / "verifier_bench_ab_judge_old_7ccbd47_NVIDIA_H100_2026-12-06i.json.gz"
@@ -20,7 +18,7 @@ NEW = RESULTS / "verifier_bench_ab_judge_new_8f286f7_NVIDIA_H100_2026-12-06i.jso
 def test_each_metric_is_read_and_divided_by_the_baseline() -> None:
     runs = [load(f"old={OLD}", "cold"), load(f"new={NEW}", "cold")]
     rows = {r["metric"]: r for r in compare(runs)}
-    old, new = (json.loads(gzip.decompress(p.read_bytes()))["cold"] for p in (OLD, NEW))
+    old, new = (read_saved(p)["cold"] for p in (OLD, NEW))
     rate = rows["rate /min"]
     assert rate["old"] == old["per_minute"] and rate["new"] == new["per_minute"]
     assert rate["new/old"] == round(new["per_minute"] / old["per_minute"], 3) == 1.012

@@ -3,12 +3,12 @@ up to the summary it saved, and render the table line it printed."""
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 
+from benchmarks.verifier_ab import read_saved
 from benchmarks.verifier_summary import PASS_COLS, pass_row, summarize, table, timing_diag
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -23,7 +23,7 @@ def saved() -> dict:
 
 
 def _saved(run: Path) -> dict:
-    return json.loads(gzip.decompress(run.with_suffix(".json.gz").read_bytes()))
+    return read_saved(run.with_suffix(".json.gz"))
 
 
 def _close(a: object, b: object) -> bool:
