@@ -5,10 +5,11 @@ CUDA gives a process no memory quota of its own (short of MPS), so a batch's san
 reference workers and the parent draw on one device's memory. On an 80 GB H100 the default
 batch (12 sandboxes, 4 reference workers) ran the device out of memory: honest kernels were
 rejected with "CUDA out of memory" and whole problems were declared unusable
-(benchmarks/verifier_notes.md, sixteenth session). A run that failed that way is made once
-more, alone among such reruns and once the device has room. Whether it failed that way is
-read from what the candidate's sandbox printed, which is never trusted for a verdict; here
-it only decides whether to spend a second run, and the second run is judged like the first.
+(benchmarks/verifier_notes.md, sixteenth session). A run that failed that way is made
+again, alone among such reruns and once the device has room (oom_reruns.py says how often).
+Whether it failed that way is read from what the candidate's sandbox printed, which is never
+trusted for a verdict; here it only decides whether to spend another run, and that run is
+judged like the first.
 Standalone (stdlib; torch imported where used): also copied next to the reference worker
 as kz_gpu_memory.py, whose float64 runs give their cache back as the parent does.
 """
