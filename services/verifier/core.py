@@ -197,34 +197,33 @@ class Session:
             return rejected("static", static.reasons, o.device, isolation="none (not run)",
                             fingerprint=perf.fingerprint(o.device, None, "none"),
                             details={"kernels": list(static.kernels)})
-        for again in (False, True):
+        k = 0  # the baselines' timings that ran the device short so far
+        while True:
             t0 = time.monotonic()
             with self.bundle(problem_src) as bundle:
                 waited = time.monotonic() - t0  # the build itself, or the wait for another's
                 try:
                     rep = self._judge(solution_src, bundle, static.kernels, running)
                 except ProblemError as exc:  # its baselines' timing failed after all
-                    if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
+                    room = self._reruns().baselines(exc, k)
+                    if room is None:
                         raise
-                    if again:
-                        raise DeviceShort("device out of memory in both timings of the "
-                                          f"problem's baselines: {exc}") from exc
-                    self._forget(problem_src, bundle)
+                    self._forget(problem_src, bundle, room)
+                    k += 1
                     continue
             rep.details.setdefault("steps_s", {})["bundle"] = round(waited, 3)
             return rep
-        raise AssertionError("unreachable: the second pass returns or raises")
 
-    def _forget(self, problem_src: str, bundle: reference.ReferenceBundle) -> None:
+    def _forget(self, problem_src: str, bundle: reference.ReferenceBundle, room: int) -> None:
         """A bundle whose baselines ran the device out of memory: the next use builds the
-        problem anew (once: the first of its candidates to see it forgets it), after the
-        device has room; the candidate is then verified against the new bundle."""
+        problem anew (the first of its candidates to see it forgets it), after the device
+        has `room` bytes free; the candidate is then verified against the new bundle."""
         key = reference.problem_key(problem_src, self.options)
         with self._guard:
             if self._bundles.get(key) is bundle:
                 del self._bundles[key]  # its files go with the session's base
         assert self.memory is not None
-        with self.memory.room(gpu_memory.MIN_NEED, self._room_wait_s):
+        with self.memory.room(room, self._room_wait_s):
             pass
 
     def _judge(self, solution_src: str, bundle: reference.ReferenceBundle,

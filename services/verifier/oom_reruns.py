@@ -1,8 +1,9 @@
 """Runs made again after they failed for want of device memory (gpu_memory.py says why a
-batch's processes can starve one another): a candidate's sandbox run and a problem's
-reference build, each up to `oom_reruns` times, each after the device has room, the room
-asked for doubling from one rerun to the next. One short in every run is no verdict on
-the kernel or the problem: an "internal" failure, or DeviceShort for a build. A request
+batch's processes can starve one another): a candidate's sandbox run, a problem's
+reference build and its baselines' timing, each up to `oom_reruns` times, each after the
+device has room, the room asked for doubling from one rerun to the next. One short in
+every run is no verdict on the kernel or the problem: an "internal" failure, or
+DeviceShort for a build or a timing. A request
 larger than the whole device is never rerun (the `oom` cheat), and a candidate that runs
 short on purpose costs the batch at most `times` more runs of itself, one at a time.
 """
@@ -86,3 +87,15 @@ class Reruns:
                 return exc
         raise DeviceShort(f"device out of memory in all {self.times + 1} builds of the "
                           f"problem's reference: {exc}")
+
+    def baselines(self, exc: ProblemError, k: int) -> int | None:
+        """After the k-th (from 0) timing of a problem's baselines failed with `exc`: the
+        room the device must have before the problem is built anew for the next timing;
+        None if `exc` was not for want of memory (the problem is unusable); DeviceShort if
+        every timing ran short."""
+        if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
+            return None
+        if k == self.times:
+            raise DeviceShort(f"device out of memory in all {k + 1} timings of the "
+                              f"problem's baselines: {exc}") from exc
+        return rerun_need(gpu_memory.MIN_NEED, k, self.memory.total())

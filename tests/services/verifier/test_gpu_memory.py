@@ -14,7 +14,7 @@ import torch
 
 from services.verifier import candidate, gpu_memory, judgement, reference
 from services.verifier.core import Session
-from services.verifier.exceptions import ProblemError
+from services.verifier.exceptions import DeviceShort, ProblemError
 from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
 from services.verifier.oom_reruns import Reruns, rerun_need
 from services.verifier.reference import ReferenceBundle
@@ -174,6 +174,17 @@ def test_each_rerun_waits_for_twice_the_room_of_the_last() -> None:
     assert [s for s, _ in out.failures] == ["internal"]
     assert rerun_need(GIB, 2, None) == 4 * GIB  # total unknown: no cap
     assert rerun_need(48 * GIB, 1, 80 * GIB) == 48 * GIB  # never below the need
+
+
+def test_each_new_timing_of_the_baselines_waits_for_twice_the_room() -> None:
+    reruns = Reruns(_Asked(), 3, 1.0)
+    short = ProblemError(f"problem failed to run: {TORCH_OOM}")
+    need = gpu_memory.MIN_NEED
+    assert [reruns.baselines(short, k) for k in range(3)] == [need, 2 * need, 4 * need]
+    with pytest.raises(DeviceShort, match="all 4 timings"):
+        reruns.baselines(short, 3)
+    assert reruns.baselines(ProblemError("ZeroDivisionError"), 0) is None
+    assert Reruns(None, 3, 1.0).baselines(short, 0) is None  # no device: no rerun
 
 
 def test_a_kernel_that_fails_otherwise_on_its_rerun_is_judged_on_that(
@@ -346,12 +357,19 @@ def test_baselines_that_ran_out_get_a_new_bundle_and_the_candidate_a_new_run(
     assert r2.passed and len(built) == 2  # the new bundle serves the next candidates
 
 
-def test_baselines_that_ran_out_twice_are_no_verdict(
+def test_baselines_that_ran_out_three_times_get_a_fourth_timing(
         session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    built = _baselines_fail(monkeypatch, TORCH_OOM, builds=2)
+    built = _baselines_fail(monkeypatch, TORCH_OOM, builds=3)
     r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
-    assert not r.passed and r.stage == "internal" and len(built) == 2, r.reasons
-    assert "both timings of the problem's baselines" in r.reasons[0]
+    assert r.passed and len(built) == 4, r.reasons  # oom_reruns=3
+
+
+def test_baselines_that_ran_out_every_time_are_no_verdict(
+        session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = _baselines_fail(monkeypatch, TORCH_OOM, builds=99)
+    r = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
+    assert not r.passed and r.stage == "internal" and len(built) == 4, r.reasons
+    assert "all 4 timings of the problem's baselines" in r.reasons[0]
 
 
 def test_baselines_that_failed_otherwise_leave_the_problem_unusable(
