@@ -21,7 +21,8 @@
 #       One pass of this checkout (default 210 candidates, --repeat 3, ~170 s on an H100)
 #       beside a process that holds GB GiB of the device: the card's memory runs short as a
 #       fuller card's would, so the pass shows whether any verdict changes (`oom_reruns`,
-#       honest passed). Output in $OUT/hog and $OUT/hog.log.
+#       honest passed). Output in $OUT/hog and $OUT/hog.log. HOG_CAP_S (default 480)
+#       caps the pass's seconds.
 #   bash benchmarks/device_verifier.sh tests
 #       The GPU tests (`-m gpu`, ~290 s on an H100), output in $OUT/gpu_tests.log. Test files
 #       whose imports the image lacks (datasketch, duckdb) hold no GPU test: their collection
@@ -78,7 +79,7 @@ torch.cuda.synchronize(); print('holding', x.numel() >> 20, 'MiB', flush=True); 
       "$gb" > "$OUT/hog_holder.log" 2>&1 &
     holder=$!
     sleep 8; cat "$OUT/hog_holder.log"  # torch's import and the fill: held before the pass
-    run_pass . hog 480
+    run_pass . hog "${HOG_CAP_S:-480}"
     kill "$holder"
     grep -A2 "^pass |" "$OUT/hog.log" | head -3 | cut -c1-300
     grep -o "oom_reruns=[0-9]*" "$OUT/hog.log" | head -1 ;;

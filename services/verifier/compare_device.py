@@ -7,6 +7,7 @@ memory; small ones on the host's CPU, with no lock at all.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from services.verifier import sandbox
+from services.verifier import gpu_memory, sandbox
 from services.verifier.numerics import Tol, compare
 from services.verifier.options import VerifyOptions
 
@@ -109,7 +110,9 @@ def warm(gates: sandbox.Gates | None) -> threading.Thread:
     its own, under the shared lock (GPU work, if only a little). Otherwise the first large
     compare of a session does it, under the lock too: in the eleventh session's H200
     batches the first verdicts each spent 2.3-3.6 s more in their compares than later
-    ones (the lock wait aside), and all of them came at once, 27-32 s in."""
+    ones (the lock wait aside), and all of them came at once, 27-32 s in. Then it warns if
+    other processes hold most of the device (gpu_memory.held_elsewhere): asked here, not
+    before the sandboxes start, since it needs the CUDA context."""
     def run() -> None:
         try:
             with gates.shared("compare") if gates is not None else nullcontext():
@@ -118,8 +121,11 @@ def warm(gates: sandbox.Gates | None) -> threading.Thread:
                     compare(x, x, Tol(1e-4, 1e-4, 1e-4))
                 torch.cuda.synchronize()
             torch.empty(1, pin_memory=True)  # the page-locked allocator (Stager)
+            held = gpu_memory.held_elsewhere()
         except Exception:  # noqa: BLE001 - a GPU failing here fails the first real compare
-            pass
+            return
+        if held:
+            logging.getLogger(__name__).warning(held)
 
     thread = threading.Thread(target=run, name="kz-compare-warm", daemon=True)
     thread.start()

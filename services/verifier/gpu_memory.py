@@ -88,6 +88,29 @@ def _mem_info() -> tuple[int, int] | None:
     return int(free), int(total)
 
 
+# How long a rerun waits for room while the device is held from outside the batch (long
+# enough for a peak of the batch's own processes to pass: on an H100 beside a 44 GB hog,
+# reruns found room within 1.5 s; verifier_notes.md, thirty-second session)
+OUTSIDE_WAIT_S = 10.0
+# The share of the device that must be free when a session starts; with less, other
+# processes hold the rest and the batch's runs will be short of memory (the record batch
+# peaked at 72.5 of an H100's 80 GB; beside a 44 GB hog, 140 candidates needed 20 reruns:
+# verifier_notes.md, thirty-first and thirty-second sessions)
+HELD_WARNING_FRACTION = 0.5
+
+
+def held_elsewhere() -> str | None:
+    """A warning if, as a session starts, other processes hold so much of the device that its
+    runs will be short of memory (each then rerun, or given no verdict); None if not."""
+    info = _mem_info()
+    if info is None or info[0] >= HELD_WARNING_FRACTION * info[1]:
+        return None
+    free, total = (round(x / (1 << 30), 1) for x in info)
+    return (f"only {free} of the device's {total} GiB are free as the verifier starts: other "
+            "processes hold the rest, so candidates will run short of memory (rerun, or no "
+            "verdict: stage internal); give the verifier a device of its own or fewer workers")
+
+
 SHORT_FRACTION = 0.25  # the device counts as short of memory with less than this share free
 
 
@@ -109,13 +132,17 @@ def release_cached(short_fraction: float = SHORT_FRACTION) -> bool:
 
 class DeviceMemory:
     """Reruns after an out-of-memory failure, one at a time, each after the device has room
-    (or after `timeout_s`: it runs anyway, and fails again if there is still none)."""
+    (or after `timeout_s`: it runs anyway, and fails again if there is still none). A wait
+    that ran its whole length without room saw memory held longer than any of the batch's
+    processes lives (another tenant of the device): until room is seen again, waits last at
+    most OUTSIDE_WAIT_S, so the batch's reruns, one at a time, do not each wait it out."""
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
                  poll_s: float = 0.2) -> None:
         self._free, self._poll_s = free, poll_s
         self._lock = threading.Lock()
         self._total: int | None = None
+        self.held_outside = False  # the last wait ran out: memory held outside the batch
 
     def total(self) -> int | None:
         """The device's memory in bytes (None where it cannot be read); asked of the driver
@@ -129,10 +156,15 @@ class DeviceMemory:
     def room(self, need: int, timeout_s: float) -> Iterator[float]:
         """Held for one rerun; yields the seconds waited for `need` free bytes."""
         with self._lock:
+            limit = min(timeout_s, OUTSIDE_WAIT_S) if self.held_outside else timeout_s
             t0 = time.monotonic()
-            while time.monotonic() - t0 < timeout_s:
+            while True:
                 free = self._free()
                 if free is None or free >= need:
+                    self.held_outside = False
+                    break
+                if time.monotonic() - t0 >= limit:
+                    self.held_outside = True
                     break
                 time.sleep(self._poll_s)
             yield round(time.monotonic() - t0, 3)

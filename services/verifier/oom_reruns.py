@@ -3,9 +3,11 @@ batch's processes can starve one another): a candidate's sandbox run, a problem'
 reference build and its baselines' timing, each up to `oom_reruns` times, each after the
 device has room, the room asked for doubling from one rerun to the next. One short in
 every run is no verdict on the kernel or the problem: an "internal" failure, or
-DeviceShort for a build or a timing. A request
-larger than the whole device is never rerun (the `oom` cheat), and a candidate that runs
-short on purpose costs the batch at most `times` more runs of itself, one at a time.
+DeviceShort for a build or a timing. A rerun short again after its wait for room ran out
+is the last: memory held outside the batch is not freed by waiting (gpu_memory.DeviceMemory
+then waits briefly). A request larger than the whole device is never rerun (the `oom`
+cheat), and a candidate that runs short on purpose costs the batch at most `times` more
+runs of itself, one at a time.
 """
 
 from __future__ import annotations
@@ -30,13 +32,20 @@ def rerun_need(need: int, k: int, total: int | None) -> int:
     return min(want, max(need, total // 2)) if total else want
 
 
-def starved(failures: list[tuple[str, str]], runs: int) -> list[tuple[str, str]]:
+def starved(failures: list[tuple[str, str]], runs: int,
+            outside: bool = False) -> list[tuple[str, str]]:
     """The failures of a run made `runs` times, each short of device memory, as one
     "internal" failure: the batch's processes share the device, so they say nothing of the
-    kernel (a rejection at "runtime" would count an honest kernel as wrong)."""
+    kernel (a rejection at "runtime" would count an honest kernel as wrong). `outside`: the
+    device stayed short through a whole wait for room."""
     last = "; ".join(f"{s}: {r}" for s, r in failures)
-    return [("internal", f"device out of memory in all {runs} runs (its memory is shared by "
-                         f"the batch's processes): no verdict on the kernel; last: {last}"[:900])]
+    why = (OUTSIDE if outside else "its memory is shared by the batch's processes")
+    return [("internal", f"device out of memory in all {runs} runs ({why}): no verdict on "
+                         f"the kernel; last: {last}"[:900])]
+
+
+OUTSIDE = ("it stayed short through a whole wait for room: memory held outside the batch, "
+           "longer than any of its processes lives")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,11 @@ class Reruns:
     memory: gpu_memory.DeviceMemory | None  # None: no device (CPU), never a rerun
     times: int  # the most reruns of one run (VerifyOptions.oom_reruns)
     wait_s: float  # the longest a rerun waits for room (gpu_memory.room_wait_s)
+
+    def held_outside(self) -> bool:
+        """Did the last wait for room run out? Then the next run is short too, most likely,
+        and no rerun follows a failed one (gpu_memory.DeviceMemory)."""
+        return self.memory is not None and self.memory.held_outside
 
     def short(self, out: Outcome) -> bool:
         """Did the run fail for want of device memory another run might find?"""
@@ -57,8 +71,9 @@ class Reruns:
         reruns: list[dict[str, Any]] = []
         while self.short(out):
             assert self.memory is not None
-            if len(reruns) == self.times:  # short every time: no verdict on the kernel
-                out.failures[:] = starved(out.failures, len(reruns) + 1)
+            if len(reruns) == self.times or (reruns and self.held_outside()):
+                # short every time: no verdict on the kernel
+                out.failures[:] = starved(out.failures, len(reruns) + 1, self.held_outside())
                 break
             room = rerun_need(need, len(reruns), self.memory.total())
             with self.memory.room(room, self.wait_s) as waited:
@@ -85,6 +100,9 @@ class Reruns:
                     exc = failed
             if not gpu_memory.out_of_memory([str(exc)]):
                 return exc
+            if self.held_outside():
+                raise DeviceShort(f"device out of memory in all {k + 2} builds of the "
+                                  f"problem's reference ({OUTSIDE}): {exc}")
         raise DeviceShort(f"device out of memory in all {self.times + 1} builds of the "
                           f"problem's reference: {exc}")
 
@@ -95,7 +113,8 @@ class Reruns:
         every timing ran short."""
         if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
             return None
-        if k == self.times:
+        if k == self.times or (k and self.held_outside()):
+            why = f" ({OUTSIDE})" if self.held_outside() else ""
             raise DeviceShort(f"device out of memory in all {k + 1} timings of the "
-                              f"problem's baselines: {exc}") from exc
+                              f"problem's baselines{why}: {exc}") from exc
         return rerun_need(gpu_memory.MIN_NEED, k, self.memory.total())

@@ -14,9 +14,8 @@ import torch
 
 from services.verifier import candidate, gpu_memory, judgement, reference
 from services.verifier.core import Session
-from services.verifier.exceptions import DeviceShort, ProblemError
+from services.verifier.exceptions import ProblemError
 from services.verifier.gpu_memory import DeviceMemory, need_bytes, out_of_memory, worth_rerun
-from services.verifier.oom_reruns import Reruns, rerun_need
 from services.verifier.reference import ReferenceBundle
 from tests.services.verifier.conftest import CPU_OPTIONS, SOLUTIONS, problem_src
 
@@ -140,51 +139,6 @@ def test_a_kernel_short_of_memory_in_every_run_gets_no_verdict(session: Any) -> 
     assert len(r.details["oom_reruns"]) == 3  # oom_reruns=3
     assert "device out of memory in all 4 runs" in r.reasons[0]
     assert "Tried to allocate 2.00 GiB" in r.reasons[0]  # the last run's own words
-
-
-class _Asked(DeviceMemory):
-    """Always room; records the room each rerun asked for."""
-
-    def __init__(self) -> None:
-        super().__init__(free=lambda: 80 * GIB)
-        self._total = 80 * GIB
-        self.asked: list[int] = []
-
-    def room(self, need: int, timeout_s: float) -> Any:
-        self.asked.append(need)
-        return super().room(need, timeout_s)
-
-
-def _outcome(short: bool) -> candidate.Outcome:
-    o = candidate.Outcome(isolation="stand-in")
-    if short:
-        o.fail("runtime", "harness crashed: " + TORCH_OOM)
-    return o
-
-
-def test_each_rerun_waits_for_twice_the_room_of_the_last() -> None:
-    mem = _Asked()
-    later = iter([_outcome(True), _outcome(False)])
-    out = Reruns(mem, 3, 1.0).candidate(_outcome(True), 4 * GIB, lambda: next(later))
-    assert not out.failures and len(out.details["oom_reruns"]) == 2
-    assert mem.asked == [4 * GIB, 8 * GIB]
-    mem = _Asked()
-    out = Reruns(mem, 3, 1.0).candidate(_outcome(True), 30 * GIB, lambda: _outcome(True))
-    assert mem.asked == [30 * GIB, 40 * GIB, 40 * GIB]  # at most half the device
-    assert [s for s, _ in out.failures] == ["internal"]
-    assert rerun_need(GIB, 2, None) == 4 * GIB  # total unknown: no cap
-    assert rerun_need(48 * GIB, 1, 80 * GIB) == 48 * GIB  # never below the need
-
-
-def test_each_new_timing_of_the_baselines_waits_for_twice_the_room() -> None:
-    reruns = Reruns(_Asked(), 3, 1.0)
-    short = ProblemError(f"problem failed to run: {TORCH_OOM}")
-    need = gpu_memory.MIN_NEED
-    assert [reruns.baselines(short, k) for k in range(3)] == [need, 2 * need, 4 * need]
-    with pytest.raises(DeviceShort, match="all 4 timings"):
-        reruns.baselines(short, 3)
-    assert reruns.baselines(ProblemError("ZeroDivisionError"), 0) is None
-    assert Reruns(None, 3, 1.0).baselines(short, 0) is None  # no device: no rerun
 
 
 def test_a_kernel_that_fails_otherwise_on_its_rerun_is_judged_on_that(
