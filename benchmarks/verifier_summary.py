@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from benchmarks.occupancy import occupancy, slot_clock, stopped
+from schemas.events import UNJUDGED_STAGES
 
 
 def summarize(rows: list[dict[str, Any]], problems: list[str], wall: float,
@@ -52,7 +53,10 @@ def summarize(rows: list[dict[str, Any]], problems: list[str], wall: float,
             # honest candidates' fastest holdout run / reported time; times raised to it
             "holdout": _holdout_summary(honest),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
-            "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats)}
+            "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
+            # rows with no verdict on the kernel (stage internal/problem: e.g. the device
+            # short of memory in every run), not passed and not rejected either
+            "no_verdict": [x["label"] for x in rows if x["stage"] in UNJUDGED_STAGES]}
 
 
 def _gpu_memory(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,7 +184,9 @@ def pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "spread_med": v.get("median_in_batch_spread"),
             "timing_diag": " ".join(f"{k}={t:.3g}"
                                     for k, t in (v.get("median_timing_diag") or {}).items()),
-            "honest_passed": f"{v['honest_passed']}/{v['honest_total']}",
+            "honest_passed": f"{v['honest_passed']}/{v['honest_total']}"
+                             + (f" ({len(v['no_verdict'])} no verdict)" if v.get("no_verdict")
+                                else ""),
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 

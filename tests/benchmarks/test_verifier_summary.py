@@ -46,9 +46,23 @@ def _bundle_keys(rows: list[dict]) -> list[str]:
 def test_the_rows_add_up_to_the_saved_summary(saved: dict, name: str) -> None:
     v = saved[name]
     got = summarize(v["rows"], _bundle_keys(v["rows"]), v["wall_s"], v["workers"])
+    assert got["no_verdict"] == []  # newer than the run: every verdict was on the kernel
+    got = {k: got[k] for k in got if k != "no_verdict"}
     assert _close(got, {k: v[k] for k in got}), [k for k in got if not _close(got[k], v[k])]
     assert got["warm_starts"] == {"cold": 57, "ps0": 80}[name]
     assert got["exclusive_s"]["bundles_n"] == 38
+
+
+def test_rows_with_no_verdict_are_counted_apart(saved: dict) -> None:
+    v = saved["cold"]
+    rows = [dict(r) for r in v["rows"]]
+    honest = next(r for r in rows if not r["label"].startswith("cheat_"))
+    honest.update(passed=False, stage="internal")  # e.g. the device short in every run
+    got = summarize(rows, _bundle_keys(rows), v["wall_s"], v["workers"])
+    assert got["no_verdict"] == [honest["label"]]
+    assert got["honest_passed"] == v["honest_passed"] - 1
+    line = table("", [pass_row("cold", {**v, **got})], PASS_COLS).splitlines()[-1]
+    assert f"| {got['honest_passed']}/{got['honest_total']} (1 no verdict) |" in line
 
 
 def test_a_pass_renders_the_line_it_printed() -> None:
@@ -68,8 +82,8 @@ def test_timing_diag_keeps_the_named_diagnostics_and_derives_two() -> None:
 
 
 def test_a_pass_too_short_for_a_mid_rate_reports_none() -> None:
-    rows = [{"label": "a", "passed": True, "wall_s": 1.0, "spread": 0.01, "timing_diag": {},
-             "phase_s": {}, "steps_s": {}, "harness_steps_s": {}, "harness_cpu_s": {},
+    rows = [{"label": "a", "passed": True, "stage": "passed", "wall_s": 1.0, "spread": 0.01,
+             "timing_diag": {}, "phase_s": {}, "steps_s": {}, "harness_steps_s": {}, "harness_cpu_s": {},
              "reference_steps_s": {}, "warm_start": True, "batch_s": [0.0, 2.0],
              "sandbox_batch_s": [0.0, 2.0]}]
     got = summarize(rows, ["p"], wall=2.0, workers=1)
