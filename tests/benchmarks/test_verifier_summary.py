@@ -84,8 +84,8 @@ def test_timing_diag_keeps_the_named_diagnostics_and_derives_two() -> None:
 def test_a_pass_too_short_for_a_mid_rate_reports_none() -> None:
     rows = [{"label": "a", "passed": True, "stage": "passed", "wall_s": 1.0, "spread": 0.01,
              "timing_diag": {}, "phase_s": {}, "steps_s": {}, "harness_steps_s": {},
-             "harness_cpu_s": {}, "reference_steps_s": {}, "warm_start": True, "batch_s": [0.0, 2.0],
-             "sandbox_batch_s": [0.0, 2.0]}]
+             "harness_cpu_s": {}, "reference_steps_s": {}, "warm_start": True,
+             "batch_s": [0.0, 2.0], "sandbox_batch_s": [0.0, 2.0]}]
     got = summarize(rows, ["p"], wall=2.0, workers=1)
     assert got["mid_per_minute"] is None and got["first_done_s"] == 2.0
     assert (got["honest_passed"], got["honest_total"], got["cheats_total"]) == (1, 1, 0)
