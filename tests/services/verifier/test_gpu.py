@@ -176,3 +176,50 @@ def test_honest_kernels_beside_a_memory_hog_are_run_again_and_pass() -> None:
     assert reruns, ("no honest candidate ran beside the hog: the test showed nothing",
                     hog.details.get("sandbox_batch_s"), hog.details.get("harness_steps_s"),
                     [r.details.get("sandbox_batch_s") for r in honest])
+
+
+HOLDER = """import sys, time, torch
+free = torch.cuda.mem_get_info()[0]
+x = torch.empty(free - (int(sys.argv[1]) << 20), dtype=torch.uint8, device="cuda")
+print("holding", x.numel() >> 20, "MiB", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_device_held_from_outside_gives_no_verdict_without_waiting_it_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Another process (a model server, say) holds all but 1.5 GB of the device for longer
+    than any of the batch's processes lives: the session warns as it starts; every honest
+    candidate gets no verdict (internal), none a rejection; after one wait for room has run
+    out, the reruns that follow wait briefly (gpu_memory.OUTSIDE_WAIT_S), not each its
+    whole `room_wait_s` (3 candidates x 3 reruns of it at 1.14.1)."""
+    import logging
+    import subprocess
+    import sys
+    import time
+    from dataclasses import replace
+
+    from services.verifier import gpu_memory
+
+    o = replace(GPU_OPTIONS, policy="runtime_only", wall_timeout_s=30, cpu_seconds=25,
+                timing_timeout_s=10, reference_timeout_s=45)
+    wait_s = gpu_memory.room_wait_s(o)
+    ok = (SOLUTIONS / "softmax_ok.py").read_text()
+    pairs = [(problem_src("softmax_huge"), f"{ok}\n# {k}\n") for k in range(3)]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, "1536"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and "holding" in holder.stdout.readline()
+        caplog.set_level(logging.WARNING)
+        t0 = time.monotonic()
+        reports = verify_many(pairs, o, workers=3)
+        took = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert any("are free as the verifier starts" in r.message for r in caplog.records)
+    for r in reports:
+        assert not r.passed and r.stage == "internal", (r.stage, r.reasons)
+    said = " ".join(" ".join(r.reasons) for r in reports)
+    assert "memory held outside the batch" in said, said
+    assert took < 3 * wait_s, (took, wait_s, [r.details.get("oom_reruns") for r in reports])
