@@ -133,16 +133,17 @@ def release_cached(short_fraction: float = SHORT_FRACTION) -> bool:
 class DeviceMemory:
     """Reruns after an out-of-memory failure, one at a time, each after the device has room
     (or after `timeout_s`: it runs anyway, and fails again if there is still none). A wait
-    that ran its whole length without room saw memory held longer than any of the batch's
-    processes lives (another tenant of the device): until room is seen again, waits last at
-    most OUTSIDE_WAIT_S, so the batch's reruns, one at a time, do not each wait it out."""
+    that ran its whole length without room saw memory held longer than any run of the batch
+    lasts (by another tenant of the device, or the parent's caches): until room is seen
+    again, waits last at most OUTSIDE_WAIT_S, so the batch's reruns, one at a time, do not
+    each wait it out."""
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
                  poll_s: float = 0.2) -> None:
         self._free, self._poll_s = free, poll_s
         self._lock = threading.Lock()
         self._total: int | None = None
-        self.held_outside = False  # the last wait ran out: memory held outside the batch
+        self.held_outside = False  # the last wait ran out: memory held outside the runs
 
     def total(self) -> int | None:
         """The device's memory in bytes (None where it cannot be read); asked of the driver

@@ -4,8 +4,8 @@ reference build and its baselines' timing, each up to `oom_reruns` times, each a
 device has room, the room asked for doubling from one rerun to the next. One short in
 every run is no verdict on the kernel or the problem: an "internal" failure, or
 DeviceShort for a build or a timing. A rerun short again after its wait for room ran out
-is the last: memory held outside the batch is not freed by waiting (gpu_memory.DeviceMemory
-then waits briefly). A request larger than the whole device is never rerun (the `oom`
+is the last: memory held outside the batch's runs is not freed by waiting
+(gpu_memory.DeviceMemory then waits briefly). A request larger than the whole device is never rerun (the `oom`
 cheat), and a candidate that runs short on purpose costs the batch at most `times` more
 runs of itself, one at a time.
 """
@@ -44,8 +44,9 @@ def starved(failures: list[tuple[str, str]], runs: int,
                          f"the kernel; last: {last}"[:900])]
 
 
-OUTSIDE = ("it stayed short through a whole wait for room: memory held outside the batch, "
-           "longer than any of its processes lives")
+OUTSIDE = ("it stayed short through a whole wait for room, as long as any run of the batch "
+           "lasts: memory held outside the batch's runs, by another process on the device "
+           "or the verifier's own caches")
 
 
 @dataclass(frozen=True)
