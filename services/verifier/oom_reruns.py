@@ -5,9 +5,9 @@ device has room, the room asked for doubling from one rerun to the next. One sho
 every run is no verdict on the kernel or the problem: an "internal" failure, or
 DeviceShort for a build or a timing. A rerun short again after its wait for room ran out
 is the last: memory held outside the batch's runs is not freed by waiting
-(gpu_memory.DeviceMemory then waits briefly). A request larger than the whole device is never rerun (the `oom`
-cheat), and a candidate that runs short on purpose costs the batch at most `times` more
-runs of itself, one at a time.
+(gpu_memory.DeviceMemory then waits briefly). A request larger than the whole device is
+never rerun (the `oom` cheat), and a candidate that runs short on purpose costs the batch
+at most `times` more runs of itself, one at a time.
 """
 
 from __future__ import annotations
@@ -60,6 +60,15 @@ class Reruns:
         and no rerun follows a failed one (gpu_memory.DeviceMemory)."""
         return self.memory is not None and self.memory.held_outside
 
+    def last(self, made: int) -> bool:
+        """After `made` reruns, is a run that ran short again left so, with no verdict? Yes
+        after `times` reruns, or once a wait for room ran out: one rule for a candidate's
+        runs, a problem's builds and its baselines' timings."""
+        return made == self.times or (made > 0 and self.held_outside())
+
+    def _why(self) -> str:
+        return f" ({OUTSIDE})" if self.held_outside() else ""
+
     def short(self, out: Outcome) -> bool:
         """Did the run fail for want of device memory another run might find?"""
         said = [r for _, r in out.failures] + [str(out.details.get("stderr_tail", ""))]
@@ -72,8 +81,7 @@ class Reruns:
         reruns: list[dict[str, Any]] = []
         while self.short(out):
             assert self.memory is not None
-            if len(reruns) == self.times or (reruns and self.held_outside()):
-                # short every time: no verdict on the kernel
+            if self.last(len(reruns)):  # short every time: no verdict on the kernel
                 out.failures[:] = starved(out.failures, len(reruns) + 1, self.held_outside())
                 break
             room = rerun_need(need, len(reruns), self.memory.total())
@@ -92,20 +100,19 @@ class Reruns:
         short."""
         if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
             return exc
-        for k in range(self.times):
-            room = rerun_need(gpu_memory.MIN_NEED, k, self.memory.total())
+        made = 0
+        while not self.last(made):
+            room = rerun_need(gpu_memory.MIN_NEED, made, self.memory.total())
             with self.memory.room(room, self.wait_s):
                 try:
                     return again()
                 except ProblemError as failed:
                     exc = failed
+            made += 1
             if not gpu_memory.out_of_memory([str(exc)]):
                 return exc
-            if self.held_outside():
-                raise DeviceShort(f"device out of memory in all {k + 2} builds of the "
-                                  f"problem's reference ({OUTSIDE}): {exc}")
-        raise DeviceShort(f"device out of memory in all {self.times + 1} builds of the "
-                          f"problem's reference: {exc}")
+        raise DeviceShort(f"device out of memory in all {made + 1} builds of the "
+                          f"problem's reference{self._why()}: {exc}")
 
     def baselines(self, exc: ProblemError, k: int) -> int | None:
         """After the k-th (from 0) timing of a problem's baselines failed with `exc`: the
@@ -114,8 +121,7 @@ class Reruns:
         every timing ran short."""
         if self.memory is None or not gpu_memory.out_of_memory([str(exc)]):
             return None
-        if k == self.times or (k and self.held_outside()):
-            why = f" ({OUTSIDE})" if self.held_outside() else ""
+        if self.last(k):
             raise DeviceShort(f"device out of memory in all {k + 1} timings of the "
-                              f"problem's baselines{why}: {exc}") from exc
+                              f"problem's baselines{self._why()}: {exc}") from exc
         return rerun_need(gpu_memory.MIN_NEED, k, self.memory.total())

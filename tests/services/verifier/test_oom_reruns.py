@@ -61,7 +61,7 @@ def test_each_new_timing_of_the_baselines_waits_for_twice_the_room() -> None:
 
 
 class _Held(DeviceMemory):
-    """A device whose free memory another tenant keeps at 1 GiB until `freed()`."""
+    """A device whose free memory another tenant keeps at 1 GiB (`free_now`)."""
 
     def __init__(self) -> None:
         self.free_now = 1 * GIB
