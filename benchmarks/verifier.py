@@ -41,8 +41,14 @@ from benchmarks.verifier_batch import (  # noqa: E402
     honest_batch,
     repeated,
 )
-from benchmarks.verifier_summary import PASS_COLS, pass_row, summarize, table, timing_diag  # noqa: E402
-from schemas.events import UNJUDGED_STAGES  # noqa: E402
+from benchmarks.verifier_summary import (  # noqa: E402
+    PASS_COLS,
+    pass_row,
+    summarize,
+    table,
+    timing_diag,
+    unjudged,
+)
 
 
 def bench_options(cache: str, warm_slots: int = 1, builders: int | None = None,
@@ -373,14 +379,12 @@ def main(argv: list[str] | None = None) -> int:
                                                    "quiet_ms", "ratio", "in_batch_spread",
                                                    "in_batch_host_late",
                                                    "quiet_within_run_spread"]))
-    rows = result["cold"]["rows"]
-    unjudged = [r for r in rows if r["stage"] in UNJUDGED_STAGES]
-    bad = [r for r in rows if r["passed"] == r["label"].startswith("cheat_")
-           and r not in unjudged]
+    rows, unsure = result["cold"]["rows"], unjudged(result["cold"]["rows"])
+    bad = [r for r in rows if r["passed"] == r["label"].startswith("cheat_") and r not in unsure]
     print(table("\nunexpected verdicts (honest rejected / cheat passed)", bad,
                  ["label", "passed", "stage", "reasons"]))
-    if unjudged:  # neither passed nor rejected: the verdict is not on the kernel
-        print(table("\nno verdict (stage internal / problem)", unjudged,
+    if unsure:  # neither passed nor rejected: the verdict is not on the kernel
+        print(table("\nno verdict (stage internal / problem)", unsure,
                      ["label", "stage", "reasons"]))
     print(f"\nisolation: {result['isolation_modes']}; wrote {args.out / 'verifier_bench.json'}")
     return 0

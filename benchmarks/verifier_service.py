@@ -32,8 +32,7 @@ sys.path.insert(0, str(REPO))
 import torch
 
 from benchmarks import verifier as bench
-from benchmarks.verifier_summary import table
-from schemas.events import UNJUDGED_STAGES
+from benchmarks.verifier_summary import honest_cell, table, unjudged
 from services.verifier.service import VerifierCore
 
 PORT = 19392  # off the tests' and the pipeline benchmark's ports
@@ -115,7 +114,7 @@ def run_service(batch: list[tuple[str, str, str]], workers: int, cache: str,
             "honest_passed": sum(bool(r["passed"]) for r in honest), "honest_total": len(honest),
             "cheats_rejected": sum(r["passed"] is False for r in cheats),
             "cheats_total": len(cheats),
-            "no_verdict": [r["label"] for r in rows if r["stage"] in UNJUDGED_STAGES],
+            "no_verdict": [r["label"] for r in unjudged(rows)],
             "rows": rows}
 
 
@@ -182,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table("\nverifier: verify_many next to the service", [
         {"pass": k, "n": result[k]["n"], "per_minute": result[k]["per_minute"],
          "mid_per_minute": result[k].get("mid_per_minute"),
-         "honest": f"{result[k]['honest_passed']}/{result[k]['honest_total']}"
-                   + (f" ({len(result[k]['no_verdict'])} no verdict)"
-                      if result[k].get("no_verdict") else ""),
+         "honest": honest_cell(result[k]),
          "cheats": f"{result[k]['cheats_rejected']}/{result[k]['cheats_total']}",
          "cpu_busy": result[k]["host"].get("cpu_busy_mean"),
          "gpu_util": result[k]["host"].get("gpu_util_mean")}

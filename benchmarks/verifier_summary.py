@@ -54,9 +54,19 @@ def summarize(rows: list[dict[str, Any]], problems: list[str], wall: float,
             "holdout": _holdout_summary(honest),
             "honest_passed": sum(x["passed"] for x in honest), "honest_total": len(honest),
             "cheats_rejected": sum(not x["passed"] for x in cheats), "cheats_total": len(cheats),
-            # rows with no verdict on the kernel (stage internal/problem: e.g. the device
-            # short of memory in every run), not passed and not rejected either
-            "no_verdict": [x["label"] for x in rows if x["stage"] in UNJUDGED_STAGES]}
+            "no_verdict": [x["label"] for x in unjudged(rows)]}
+
+
+def unjudged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with no verdict on the kernel (stage internal/problem: e.g. the device short of
+    memory in every run), neither passed nor rejected."""
+    return [x for x in rows if x["stage"] in UNJUDGED_STAGES]
+
+
+def honest_cell(v: dict[str, Any]) -> str:
+    """A pass's honest kernels passed, of all, and how many got no verdict."""
+    n = len(v.get("no_verdict") or [])
+    return f"{v['honest_passed']}/{v['honest_total']}" + (f" ({n} no verdict)" if n else "")
 
 
 def _gpu_memory(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -184,9 +194,7 @@ def pass_row(name: str, v: dict[str, Any]) -> dict[str, Any]:
             "spread_med": v.get("median_in_batch_spread"),
             "timing_diag": " ".join(f"{k}={t:.3g}"
                                     for k, t in (v.get("median_timing_diag") or {}).items()),
-            "honest_passed": f"{v['honest_passed']}/{v['honest_total']}"
-                             + (f" ({len(v['no_verdict'])} no verdict)" if v.get("no_verdict")
-                                else ""),
+            "honest_passed": honest_cell(v),
             "cheats_rejected": f"{v['cheats_rejected']}/{v['cheats_total']}"}
 
 
