@@ -217,11 +217,15 @@ class Session:
     def _forget(self, problem_src: str, bundle: reference.ReferenceBundle, room: int) -> None:
         """A bundle whose baselines ran the device out of memory: the next use builds the
         problem anew (the first of its candidates to see it forgets it), after the device
-        has `room` bytes free; the candidate is then verified against the new bundle."""
+        has `room` bytes free; the candidate is then verified against the new bundle.
+        Its references leave the parent's device memory first: gone from `_bundles`,
+        done_with would never drop them, and the wait would count them against the room."""
         key = reference.problem_key(problem_src, self.options)
         with self._guard:
             if self._bundles.get(key) is bundle:
                 del self._bundles[key]  # its files go with the session's base
+        if bundle.drop_device_copies():
+            gpu_memory.release_cached()
         assert self.memory is not None
         with self.memory.room(room, self._room_wait_s):
             pass

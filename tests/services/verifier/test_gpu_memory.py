@@ -295,6 +295,7 @@ def _baselines_fail(monkeypatch: pytest.MonkeyPatch, error: str, builds: int) ->
         if len(built) <= builds:
             b.settle(120)
             b.complete(ProblemError(f"problem failed to run: {error}"))
+            b._on["cuda", 0] = ([torch.zeros(1)], [None])  # as a cuda compare leaves it
         return b
 
     monkeypatch.setattr(Session, "_build", build)
@@ -309,6 +310,7 @@ def test_baselines_that_ran_out_get_a_new_bundle_and_the_candidate_a_new_run(
     assert len(built) == 2
     r2 = session.verify(problem_src("add"), (SOLUTIONS / "add_ok.py").read_text())
     assert r2.passed and len(built) == 2  # the new bundle serves the next candidates
+    assert built[0]._on == {}  # the forgotten one's references left the parent's device
 
 
 def test_baselines_that_ran_out_three_times_get_a_fourth_timing(
