@@ -82,7 +82,9 @@ torch.cuda.synchronize(); print('holding', x.numel() >> 20, 'MiB', flush=True); 
     run_pass . hog "${HOG_CAP_S:-480}"
     kill "$holder"
     grep -A2 "^pass |" "$OUT/hog.log" | head -3 | cut -c1-300
-    grep -o "oom_reruns=[0-9]*" "$OUT/hog.log" | head -1 ;;
+    grep -o "oom_reruns=[0-9]*" "$OUT/hog.log" | head -1
+    # the verdicts by stage, as they came (the pass's only output if HOG_CAP_S cut it off)
+    grep "^verdict " "$OUT/hog.log" | awk '{print $4}' | sort | uniq -c | tr '\n' ' '; echo ;;
   ab)
     old=$1; order=$2; shift 2
     args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--repeat 3 --cold-only --no-timer --prime 12)

@@ -111,7 +111,8 @@ def run_batch(batch: list[tuple[str, str, str]], workers: int, cache: str,
         if batches == 1:
             session = core.batch_session(items, options, workers)
         try:
-            reports = core.verify_batch(session, items, workers)
+            reports = core.verify_batch(session, items, workers,
+                                        on_report=lambda i, r: _tell(batch[i][0], r, t0))
             lock = session.gpu.stats() if session.gpu else {}
             lock = {k: round(v - lock0.get(k, 0), 3) for k, v in lock.items()}
             lock_steps = session.gpu.step_profile(since=lock0) if session.gpu else {}
@@ -239,6 +240,13 @@ def _agreement_row(name: str, shadow: str, stats: list[dict[str, Any]],
             "host_ms": statistics.median(st["host_ms"] for st in stats),
             "back_to_back": sum(st.get("loop") == "back_to_back" for st in stats),
             "medians_ms": medians, "batch_label": BATCH_TWIN[name]}
+
+
+def _tell(label: str, r: Any, t0: float) -> None:
+    """One line per verdict as it comes, to stderr (the pass's log): a pass cut off by its
+    time limit writes no JSON, and a hog run's reruns are otherwise seen only at its end."""
+    print(f"verdict +{time.monotonic() - t0:.1f}s {label} {r.stage} "
+          f"reruns {len(r.details.get('oom_reruns') or [])}", file=sys.stderr, flush=True)
 
 
 def _save(out: Path, result: dict[str, Any]) -> None:

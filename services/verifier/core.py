@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -342,14 +342,16 @@ def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
         session.close()
 
 
-def verify_batch(session: Session, items: list[tuple[str, str]],
-                 workers: int) -> list[VerifyReport]:
+def verify_batch(session: Session, items: list[tuple[str, str]], workers: int,
+                 on_report: Callable[[int, VerifyReport], None] | None = None
+                 ) -> list[VerifyReport]:
     """Verdicts for `items` in order: candidates run in parallel sandboxed processes,
     `workers` at a time, references are built once per problem (ahead of the workers), and
     timed runs hold one GPU lock. A candidate's judgement (and any wait for its bundle)
     does not keep a sandbox from starting: `judges` more threads than `workers` take items,
     and only the sandboxes' runs count against `workers`. `session` stays open: the
-    service keeps one across its batches."""
+    service keeps one across its batches. `on_report(i, report)` is told each verdict as
+    it comes (a benchmark's log line: a run cut off by its time limit keeps them)."""
     options = session.options
     running = threading.BoundedSemaphore(max(1, workers))
     gpu = gpu_places_for(options, workers)
@@ -380,6 +382,8 @@ def verify_batch(session: Session, items: list[tuple[str, str]],
         # and when its sandbox began and finished its run
         report.details["batch_s"] = [round(start, 3), round(time.monotonic() - t0, 3)]
         report.details["sandbox_batch_s"] = held
+        if on_report is not None:
+            on_report(i, report)
         return report
 
     try:

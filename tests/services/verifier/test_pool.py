@@ -192,10 +192,13 @@ def test_a_batch_starts_the_next_sandbox_while_it_judges_the_last(
     items = [(problem_src("add"), f"{src}\n# candidate {k}\n") for k in range(2)]
     session = core.batch_session(items, options, workers=1)
     try:
-        reports = core.verify_batch(session, items, workers=1)
+        told: list[tuple[int, object]] = []
+        reports = core.verify_batch(session, items, workers=1,
+                                    on_report=lambda i, r: told.append((i, r)))
     finally:
         session.close()
     assert all(r.passed for r in reports), [r.reasons for r in reports]
+    assert sorted(told, key=lambda t: t[0]) == list(enumerate(reports))  # each, as it came
     assert overlapped == [True]
     (a0, a1), (b0, b1) = sorted(r.details["sandbox_batch_s"] for r in reports)
     assert a0 <= a1 <= b0 <= b1  # one worker: the sandboxes' runs one after the other
