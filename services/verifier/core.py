@@ -121,11 +121,8 @@ class Session:
             idle = self._expected[key] == 0 and self._in_use.get(key, 0) == 0
             b = self._bundles.get(key) if idle else None
             self._evict()
-        if isinstance(b, reference.ReferenceBundle) and b.drop_device_copies():
-            # its references leave the parent's device memory now, not at eviction (on an
-            # 80 GB H100 the parent held 19.5 GB of the device at a batch's peak), and the
-            # cache goes back to the driver if the device is short
-            gpu_memory.release_cached()
+        if isinstance(b, reference.ReferenceBundle):
+            _drop_copies(b)  # now, not at eviction
 
     def _evict(self) -> None:
         """Keep at most max_bundles; drop the oldest unpinned ones (and their inputs)."""
@@ -224,8 +221,7 @@ class Session:
         with self._guard:
             if self._bundles.get(key) is bundle:
                 del self._bundles[key]  # its files go with the session's base
-        if bundle.drop_device_copies():
-            gpu_memory.release_cached()
+        _drop_copies(bundle)
         assert self.memory is not None
         with self.memory.room(room, self._room_wait_s):
             pass
@@ -329,6 +325,14 @@ def batch_session(items: list[tuple[str, str]], options: VerifyOptions,
     problems = len({reference.problem_key(p, options) for p, _ in items})
     return Session(options, warm_slots=warm_slots_for(options, workers), demand=len(items),
                    problems=problems)
+
+
+def _drop_copies(bundle: reference.ReferenceBundle) -> None:
+    """The bundle's references leave the parent's device memory (on an 80 GB H100 the
+    parent held 19.5 GB of the device at a batch's peak), and the cache goes back to the
+    driver if the device is short."""
+    if bundle.drop_device_copies():
+        gpu_memory.release_cached()
 
 
 def verify_many(pairs: Iterable[tuple[str, str]], options: VerifyOptions,
