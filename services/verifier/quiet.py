@@ -14,28 +14,33 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
 TIMING_NICE = -10  # the exclusive timing phase outranks every other sandbox (nice 0)
 QUIET_WAIT_S = 90.0  # longer than a timed phase may last (timing_timeout_s, 60 s)
+STOP_SETTLE_S = 0.02  # most a pause waits for its SIGSTOPs to land (one in D state may not)
 
 
 @contextmanager
 def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, int]]:
     """SIGSTOP every process `others()` lists (the other sandboxes on the host) while one
-    is timed; yields a dict that ends up holding how many were stopped, and how many of
-    them were gone by the end (exited or killed meanwhile: a CUDA context torn down).
+    is timed; yields a dict that ends up holding how many were stopped, how many of them
+    were not yet seen stopped as the timing began (`unsettled`, after a bounded wait), and
+    how many were gone by the end (exited or killed meanwhile: a CUDA context torn down).
 
     On the H200 with 12 workers the within-run spread of short kernels was 30-280% in
     batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s of a timed phase, they
     lose only that time (their wall clocks are generous). Without a sandbox uid
     (rlimits-only mode, `others` None) nothing is paused."""
-    info = {"stopped": 0, "gone": 0}
+    info = {"stopped": 0, "gone": 0, "unsettled": 0}
     if others is None:
         yield info
         return
     stopped: list[int] = []
+    moving: list[int] = []  # stopped but not yet seen to stop
+    settle_by = time.monotonic() + STOP_SETTLE_S
     QUIET.begin()  # and no new sandbox starts (imports, CUDA context) until it is timed
     try:
         for _ in range(5):  # again until a pass finds nobody new (children forked meanwhile)
@@ -46,9 +51,13 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
                 try:
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)
+                    moving.append(pid)
                 except (ProcessLookupError, PermissionError):
                     pass
-        info["stopped"] = len(stopped)
+            # A parent stopped inside fork() stops only once the fork is done; a rescan
+            # before then misses the child, which keeps running through the timing.
+            moving = _settle(moving, settle_by)
+        info["stopped"], info["unsettled"] = len(stopped), len(moving)
         yield info
     finally:
         QUIET.end()
@@ -58,6 +67,19 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
                 os.kill(pid, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _settle(pids: list[int], deadline: float) -> list[int]:
+    """Wait (until `deadline`) for each of `pids` to be stopped or gone; the ones that
+    are neither by then (a process in uninterruptible sleep stops only as it leaves)."""
+    while True:
+        pids = [pid for pid in pids if _state(pid) not in _STILL]
+        if not pids or time.monotonic() >= deadline:
+            return pids
+        time.sleep(0.0002)
+
+
+_STILL = ("T", "t", "Z", "X", None)  # stopped (by a signal, traced), a zombie, reaped
 
 
 def _state(pid: int) -> str | None:
