@@ -22,7 +22,7 @@
 #       beside a process that holds GB GiB of the device: the card's memory runs short as a
 #       fuller card's would, so the pass shows whether any verdict changes (`oom_reruns`,
 #       honest passed). Output in $OUT/hog and $OUT/hog.log. HOG_CAP_S (default 480)
-#       caps the pass's seconds.
+#       caps the pass's seconds. $OUT/hog_mem.log: the device's memory in use every 20 s.
 #   bash benchmarks/device_verifier.sh tests
 #       The GPU tests (`-m gpu`, ~290 s on an H100), output in $OUT/gpu_tests.log. Test files
 #       whose imports the image lacks (datasketch, duckdb) hold no GPU test: their collection
@@ -78,9 +78,15 @@ x = torch.empty(int(sys.argv[1]) << 30, dtype=torch.uint8, device='cuda'); x.fil
 torch.cuda.synchronize(); print('holding', x.numel() >> 20, 'MiB', flush=True); time.sleep(3600)" \
       "$gb" > "$OUT/hog_holder.log" 2>&1 &
     holder=$!
+    # who holds the device's memory, every 20 s (the hog, the batch's processes)
+    while sleep 20; do date -u +%T; nvidia-smi --query-compute-apps=pid,used_memory \
+      --format=csv,noheader | sort -t, -k2 -n | awk -F, '{n++; s+=$2} END {print n, "apps", s, "MiB"}'
+      nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader; done \
+      > "$OUT/hog_mem.log" 2>&1 &
+    poller=$!
     sleep 8; cat "$OUT/hog_holder.log"  # torch's import and the fill: held before the pass
     run_pass . hog "${HOG_CAP_S:-480}"
-    kill "$holder"
+    kill "$holder" "$poller"
     grep -A2 "^pass |" "$OUT/hog.log" | head -3 | cut -c1-300
     grep -o "oom_reruns=[0-9]*" "$OUT/hog.log" | head -1
     # the verdicts by stage, as they came (the pass's only output if HOG_CAP_S cut it off)

@@ -2,7 +2,8 @@
 
     python benchmarks/verifier.py --out DIR [--workers N] [--quick]
 
-Skips gracefully (exit 0, JSON says why) where CUDA is unavailable. Writes
+Skips gracefully (exit 0, JSON says why) where CUDA is unavailable. KZ_STACKS_S=N: every
+N seconds, every thread's stack to stderr (a stalled pass, cut off by its time limit). Writes
 DIR/verifier_bench.json and prints a table. Measures:
   * candidates verified per minute (full checks: static, sandbox, trials, timing) for a
     batch of honest kernels (BLOCK variants + the catalogue's reference solutions) and
@@ -329,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                          "while another is timed, until its job)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("KZ_STACKS_S"):  # a pass that may stall: where every thread waits
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["KZ_STACKS_S"]), repeat=True)
     result: dict[str, Any] = {"torch": torch.__version__}
     if not torch.cuda.is_available():
         result["skipped"] = "no CUDA device: nothing to benchmark"
