@@ -41,13 +41,14 @@ class Session:
         self.mode = sandbox.choose_mode(options.isolation, options.device)
         self.base = W.make_base(options.tmp_dir)
         n = options.warm_slots if warm_slots is None else warm_slots
-        self.slots = SlotPool(options, self.mode, self.base, n, demand)
+        room = gpu_memory.room_to_start if options.device == "cuda" else None
+        self.slots = SlotPool(options, self.mode, self.base, n, demand, may_start=room)
         # One reference worker per bundle builder kept warm too (unless warm slots are off);
         # `problems` caps how many are ever started when the caller knows the number of
         # distinct problems.
         self.ref_slots = SlotPool(options, self.mode, self.base,
                                   options.bundle_builders if options.warm_slots else 0,
-                                  problems, factory=self._new_ref_slot)
+                                  problems, factory=self._new_ref_slot, may_start=room)
         self.max_bundles = max_bundles
         self._bundles: dict[str, reference.ReferenceBundle | ProblemError] = {}
         self._bundle_locks: dict[str, threading.Lock] = {}
@@ -58,7 +59,7 @@ class Session:
         self.gpu = GpuLock(options.cache, options.shared_epoch_s) \
             if options.device == "cuda" else None
         # reruns after a CUDA out-of-memory failure wait here for room on the device
-        self.memory = gpu_memory.DeviceMemory() if self.gpu is not None else None
+        self.memory = gpu_memory.DeviceMemory(on_short=self._shed) if self.gpu else None
         self._room_wait_s = gpu_memory.room_wait_s(options)
         if self.gpu is not None:  # while the first bundles build: off the first verdicts' path
             compare_device.warm(self._gates("compare"))
@@ -66,6 +67,11 @@ class Session:
     def _gates(self, kind: str) -> KindOfHolder | None:
         """The GPU lock for one kind of holder (its shared steps counted apart), if any."""
         return self.gpu.of_kind(kind) if self.gpu else None
+
+    def _shed(self) -> None:
+        """A wait for room found the device short: the idle warm sandboxes give theirs back."""
+        self.slots.shed()
+        self.ref_slots.shed()
 
     def _new_ref_slot(self) -> reference.RefSlot:
         return reference.RefSlot(self.options, self.mode, self.base)

@@ -111,6 +111,17 @@ def held_elsewhere() -> str | None:
             "verdict: stage internal); give the verifier a device of its own or fewer workers")
 
 
+# Free device memory below which no sandbox is started ahead of demand (each holds a CUDA
+# context, ~0.9 GB on an H100); a candidate that needs one still gets it
+START_RESERVE = MIN_NEED
+
+
+def room_to_start(free: Callable[[], int | None] = cuda_free_bytes) -> bool:
+    """May a warm sandbox be started ahead of demand? (SlotPool.may_start)"""
+    n = free()
+    return n is None or n >= START_RESERVE
+
+
 SHORT_FRACTION = 0.25  # the device counts as short of memory with less than this share free
 
 
@@ -139,8 +150,11 @@ class DeviceMemory:
     each wait it out."""
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
-                 poll_s: float = 0.2) -> None:
-        self._free, self._poll_s = free, poll_s
+                 poll_s: float = 0.2, on_short: Callable[[], object] | None = None) -> None:
+        # on_short: called as a wait finds the device short (the session closes its idle
+        # warm sandboxes: beside a 64 GB hog on an H100, 16 of them held the 16 GB left
+        # while every rerun waited for room; verifier_notes.md, thirty-fourth session)
+        self._free, self._poll_s, self._on_short = free, poll_s, on_short
         self._lock = threading.Lock()
         self._total: int | None = None
         self.held_outside = False  # the last wait ran out: memory held outside the runs
@@ -158,12 +172,16 @@ class DeviceMemory:
         """Held for one rerun; yields the seconds waited for `need` free bytes."""
         with self._lock:
             limit = min(timeout_s, OUTSIDE_WAIT_S) if self.held_outside else timeout_s
-            t0 = time.monotonic()
+            t0, on_short = time.monotonic(), self._on_short
             while True:
                 free = self._free()
                 if free is None or free >= need:
                     self.held_outside = False
                     break
+                if on_short is not None:  # once a wait
+                    on_short()
+                    on_short = None
+                    continue  # their memory may be back already
                 if time.monotonic() - t0 >= limit:
                     self.held_outside = True
                     break

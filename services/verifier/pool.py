@@ -140,9 +140,13 @@ class SlotPool:
     """
 
     def __init__(self, options: VerifyOptions, mode: str, base: Path, size: int,
-                 demand: int | None = None, factory: Callable[[], Any] | None = None) -> None:
+                 demand: int | None = None, factory: Callable[[], Any] | None = None,
+                 may_start: Callable[[], bool] | None = None) -> None:
         self.options, self.mode, self.base, self.size = options, mode, base, max(0, size)
         self.demand = demand
+        # asked before each start ahead of demand (gpu_memory.room_to_start: a warm sandbox
+        # holds a CUDA context); a `take` finding none idle starts one regardless
+        self.may_start = may_start
         # Anything with .process (a sandbox.Process) and .close(): the reference bundles
         # keep their pre-started workers here too (reference.RefSlot); stubs are harvested
         # from candidate Slots only.
@@ -174,6 +178,8 @@ class SlotPool:
     def fill(self) -> None:
         """Start slots until `size` are waiting (outside the lock: a start takes ~10 ms)."""
         while True:
+            if self.may_start is not None and not self.may_start():
+                return
             with self._lock:
                 if (self._closed or len(self._idle) >= self.size
                         or (self.demand is not None and self._started >= self.demand)):
@@ -185,6 +191,17 @@ class SlotPool:
                     slot.close()
                     return
                 self._idle.append(slot)
+
+    def shed(self) -> int:
+        """Close the slots waiting for a job (the device is short of memory: each holds a
+        CUDA context); how many. They count against `demand` no more: started again
+        once `may_start` allows."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self._started -= len(idle)
+        for slot in idle:
+            slot.close()
+        return len(idle)
 
     def close(self) -> None:
         with self._lock:

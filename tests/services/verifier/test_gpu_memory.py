@@ -92,6 +92,47 @@ def test_room_gives_up_waiting_after_its_timeout() -> None:
         assert 0.1 <= waited < 2
 
 
+def test_a_wait_short_of_room_first_closes_the_idle_warm_sandboxes() -> None:
+    """Beside a 64 GB hog on an H100 the batch's own idle warm sandboxes held the 16 GB
+    left (a CUDA context each) while every rerun waited for room that never came: a wait
+    that finds the device short has them closed first, once, then finds their room."""
+    shed: list[int] = []
+    mem = DeviceMemory(free=lambda: 8 * GIB if shed else GIB, poll_s=0.01,
+                       on_short=lambda: shed.append(1))
+    with mem.room(4 * GIB, timeout_s=5) as waited:
+        assert shed == [1] and waited < 1
+    with mem.room(4 * GIB, timeout_s=5):  # room at once: nothing closed
+        assert shed == [1]
+    stays: list[int] = []
+    mem = DeviceMemory(free=lambda: GIB, poll_s=0.01, on_short=lambda: stays.append(1))
+    with mem.room(4 * GIB, timeout_s=0.1) as waited:
+        assert stays == [1] and waited >= 0.1  # still short: the wait goes on as before
+
+
+def test_a_sandbox_is_started_ahead_of_demand_only_with_room_left() -> None:
+    assert gpu_memory.room_to_start(lambda: gpu_memory.START_RESERVE)
+    assert not gpu_memory.room_to_start(lambda: gpu_memory.START_RESERVE - 1)
+    assert gpu_memory.room_to_start(lambda: None)  # no device to ask: as before
+
+
+def test_a_session_short_of_room_closes_its_idle_warm_sandboxes() -> None:
+    """Session._shed (the GPU session's on_short) closes the candidates' and the reference
+    workers' idle warm sandboxes, real ones here (CPU)."""
+    s = Session(replace(CPU_OPTIONS, warm_slots=2, bundle_builders=1))
+    try:
+        s.slots.fill()
+        s.ref_slots.fill()
+        idle = s.slots._idle + s.ref_slots._idle
+        assert len(idle) == 3
+        s.memory = DeviceMemory(free=lambda: 80 * GIB if not any(
+            x.process.alive for x in idle) else GIB, poll_s=0.01, on_short=s._shed)
+        with s.memory.room(4 * GIB, timeout_s=30) as waited:
+            assert waited < 30 and not s.slots._idle and not s.ref_slots._idle
+        assert not any(x.process.alive for x in idle)
+    finally:
+        s.close()
+
+
 @pytest.fixture
 def session(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A CPU session with the GPU's rerun policy: 80 GiB device, always room."""

@@ -76,6 +76,34 @@ def _pool(tmp_path: Path, size: int, demand: int | None = None) -> tuple[SlotPoo
     return slots, base
 
 
+def test_a_pool_short_of_device_room_starts_none_ahead_and_sheds_its_idle(
+        tmp_path: Path) -> None:
+    """`may_start` (the device's room) gates the starts ahead of demand, not a take; shed
+    closes the idle slots, and they no longer count against the demand."""
+    room = [False]
+    options = replace(CPU_OPTIONS, cache_dir=str(tmp_path / "cache"))
+    base = W.make_base("")
+    slots = SlotPool(options, sandbox.choose_mode("auto", "cpu"), base, 2, demand=3,
+                     may_start=lambda: room[0])
+    try:
+        slots.fill()
+        assert not slots._idle
+        taken = slots.take()  # a candidate gets its slot regardless
+        assert taken.process.alive and not slots._idle
+        taken.close()
+        room[0] = True
+        slots.fill()
+        idle = list(slots._idle)
+        assert len(idle) == 2
+        assert slots.shed() == 2 and not slots._idle
+        assert not any(x.process.alive for x in idle) and not any(x.root.exists() for x in idle)
+        slots.fill()  # demand 3: one taken, the two shed start again
+        assert len(slots._idle) == 2
+    finally:
+        slots.close()
+        W.shutil.rmtree(base, ignore_errors=True)
+
+
 def _warm_pool(tmp_path: Path, size: int) -> tuple[SlotPool, Path]:
     slots, base = _pool(tmp_path, size)
     deadline = time.monotonic() + 120
