@@ -41,7 +41,7 @@ class Session:
         self.mode = sandbox.choose_mode(options.isolation, options.device)
         self.base = W.make_base(options.tmp_dir)
         n = options.warm_slots if warm_slots is None else warm_slots
-        room = gpu_memory.room_to_start if options.device == "cuda" else None
+        room = self._may_start if options.device == "cuda" else None
         self.slots = SlotPool(options, self.mode, self.base, n, demand, may_start=room)
         # One reference worker per bundle builder kept warm too (unless warm slots are off);
         # `problems` caps how many are ever started when the caller knows the number of
@@ -72,6 +72,11 @@ class Session:
         """A wait for room found the device short: the idle warm sandboxes give theirs back."""
         self.slots.shed()
         self.ref_slots.shed()
+
+    def _may_start(self) -> bool:
+        """A sandbox started ahead of demand takes a CUDA context: not during a wait for
+        room (whose shed it would undo), nor with little left."""
+        return not (self.memory and self.memory.waiting) and gpu_memory.room_to_start()
 
     def _new_ref_slot(self) -> reference.RefSlot:
         return reference.RefSlot(self.options, self.mode, self.base)

@@ -151,13 +151,14 @@ class DeviceMemory:
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
                  poll_s: float = 0.2, on_short: Callable[[], object] | None = None) -> None:
-        # on_short: called as a wait finds the device short (the session closes its idle
-        # warm sandboxes: beside a 64 GB hog on an H100, 16 of them held the 16 GB left
-        # while every rerun waited for room; verifier_notes.md, thirty-fourth session)
+        # on_short: called at each poll that finds the device short (the session closes its
+        # idle warm sandboxes: beside a 64 GB hog on an H100, they held the 16 GB left while
+        # every rerun waited for room; verifier_notes.md, thirty-fourth session)
         self._free, self._poll_s, self._on_short = free, poll_s, on_short
         self._lock = threading.Lock()
         self._total: int | None = None
         self.held_outside = False  # the last wait ran out: memory held outside the runs
+        self.waiting = False  # a wait for room is on: no sandbox starts ahead of demand
 
     def total(self) -> int | None:
         """The device's memory in bytes (None where it cannot be read); asked of the driver
@@ -172,18 +173,27 @@ class DeviceMemory:
         """Held for one rerun; yields the seconds waited for `need` free bytes."""
         with self._lock:
             limit = min(timeout_s, OUTSIDE_WAIT_S) if self.held_outside else timeout_s
-            t0, on_short = time.monotonic(), self._on_short
-            while True:
-                free = self._free()
-                if free is None or free >= need:
-                    self.held_outside = False
-                    break
-                if on_short is not None:  # once a wait
-                    on_short()
-                    on_short = None
-                    continue  # their memory may be back already
-                if time.monotonic() - t0 >= limit:
-                    self.held_outside = True
-                    break
-                time.sleep(self._poll_s)
+            t0, self.waiting = time.monotonic(), True
+            try:
+                self._poll(need, t0, limit)
+            finally:
+                self.waiting = False
             yield round(time.monotonic() - t0, 3)
+
+    def _poll(self, need: int, t0: float, limit: float) -> None:
+        """Until `need` bytes are free or `limit` s have passed since `t0`. Sandboxes
+        started just before the wait (their CUDA contexts come seconds later) are closed
+        at a later poll if still idle."""
+        while True:
+            free = self._free()
+            if free is None or free >= need:
+                self.held_outside = False
+                return
+            if self._on_short is not None:
+                self._on_short()
+                if (self._free() or 0) >= need:  # their memory is back already
+                    continue
+            if time.monotonic() - t0 >= limit:
+                self.held_outside = True
+                return
+            time.sleep(self._poll_s)

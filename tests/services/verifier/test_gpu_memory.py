@@ -95,18 +95,21 @@ def test_room_gives_up_waiting_after_its_timeout() -> None:
 def test_a_wait_short_of_room_first_closes_the_idle_warm_sandboxes() -> None:
     """Beside a 64 GB hog on an H100 the batch's own idle warm sandboxes held the 16 GB
     left (a CUDA context each) while every rerun waited for room that never came: a wait
-    that finds the device short has them closed first, once, then finds their room."""
-    shed: list[int] = []
+    that finds the device short has them closed, then finds their room; again at each
+    poll (ones started just before the wait make their contexts later). No sandbox
+    starts ahead of demand meanwhile (`waiting`)."""
+    shed: list[bool] = []
     mem = DeviceMemory(free=lambda: 8 * GIB if shed else GIB, poll_s=0.01,
-                       on_short=lambda: shed.append(1))
+                       on_short=lambda: shed.append(mem.waiting))
     with mem.room(4 * GIB, timeout_s=5) as waited:
-        assert shed == [1] and waited < 1
+        assert shed == [True] and waited < 1 and not mem.waiting
     with mem.room(4 * GIB, timeout_s=5):  # room at once: nothing closed
-        assert shed == [1]
+        assert shed == [True]
     stays: list[int] = []
     mem = DeviceMemory(free=lambda: GIB, poll_s=0.01, on_short=lambda: stays.append(1))
     with mem.room(4 * GIB, timeout_s=0.1) as waited:
-        assert stays == [1] and waited >= 0.1  # still short: the wait goes on as before
+        assert len(stays) >= 2 and waited >= 0.1  # still short: the wait goes on as before
+        assert not mem.waiting  # over: sandboxes may start ahead again
 
 
 def test_a_sandbox_is_started_ahead_of_demand_only_with_room_left() -> None:
@@ -129,6 +132,13 @@ def test_a_session_short_of_room_closes_its_idle_warm_sandboxes() -> None:
         with s.memory.room(4 * GIB, timeout_s=30) as waited:
             assert waited < 30 and not s.slots._idle and not s.ref_slots._idle
         assert not any(x.process.alive for x in idle)
+        s.slots.may_start = s._may_start  # as a CUDA session's (no device here: room)
+        s.memory.waiting = True
+        s.slots.fill()  # a wait for room in progress: none started ahead of demand
+        assert not s.slots._idle
+        s.memory.waiting = False
+        s.slots.fill()
+        assert len(s.slots._idle) == 2
     finally:
         s.close()
 
