@@ -96,7 +96,8 @@ def _exclusive(rows: list[dict[str, Any]], problems: list[str], wall: float) -> 
     the longest named), and their share of the batch's wall time. `pause` / `resume`:
     stopping and resuming the other sandboxes around each of them, also under the lock
     (the lock's own `exclusive_s` less all four is what no lap accounts for); `unsettled`:
-    how many of them started with a stopped process still not stopped after the wait."""
+    how many of them started with a stopped process still not stopped after the wait
+    (`unsettled_d`: how many such processes were in uninterruptible sleep, all phases)."""
     phases = [x.get("phase_s") or {} for x in rows]
     bundles: dict[str, dict[str, float]] = {}
     for problem, x in zip(problems, rows):
@@ -112,6 +113,7 @@ def _exclusive(rows: list[dict[str, Any]], problems: list[str], wall: float) -> 
             "resume": round(sum(p.get("exclusive_resume", 0.0) for p in every), 2),
             # timed phases that began with a stopped sandbox not yet seen to stop
             "unsettled": sum(p.get("exclusive_unsettled", 0) > 0 for p in every),
+            "unsettled_d": sum(p.get("exclusive_unsettled_d", 0) for p in every),  # processes
             "longest_bundle": [round(longest[0], 2), longest[1]],
             "share_of_wall": round((cand + held) / wall, 3) if wall > 0 else None}
 

@@ -34,7 +34,7 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
     batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s of a timed phase, they
     lose only that time (their wall clocks are generous). Without a sandbox uid
     (rlimits-only mode, `others` None) nothing is paused."""
-    info = {"stopped": 0, "gone": 0, "unsettled": 0}
+    info = {"stopped": 0, "gone": 0, "unsettled": 0, "unsettled_d": 0}
     if others is None:
         yield info
         return
@@ -58,6 +58,8 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
             # before then misses the child, which keeps running through the timing.
             moving = _settle(moving, settle_by)
         info["stopped"], info["unsettled"] = len(stopped), len(moving)
+        # of which in uninterruptible sleep (a driver call): which ones cost the wait
+        info["unsettled_d"] = sum(_state(pid) == "D" for pid in moving)
         yield info
     finally:
         QUIET.end()
