@@ -108,14 +108,15 @@ def _exclusive(rows: list[dict[str, Any]], problems: list[str], wall: float) -> 
     cand = sum(p.get("exclusive", 0.0) for p in phases)
     held = sum(b["exclusive"] for b in bundles.values())
     longest = max(((b["exclusive"], b["label"]) for b in bundles.values()), default=(0.0, ""))
-    return {"candidates": round(cand, 2), "bundles": round(held, 2), "bundles_n": len(bundles),
-            "pause": round(sum(p.get("exclusive_pause", 0.0) for p in every), 2),
-            "resume": round(sum(p.get("exclusive_resume", 0.0) for p in every), 2),
-            # timed phases that began with a stopped sandbox not yet seen to stop
-            "unsettled": sum(p.get("exclusive_unsettled", 0) > 0 for p in every),
-            "unsettled_d": sum(p.get("exclusive_unsettled_d", 0) for p in every),  # processes
-            "longest_bundle": [round(longest[0], 2), longest[1]],
-            "share_of_wall": round((cand + held) / wall, 3) if wall > 0 else None}
+    out = {"candidates": round(cand, 2), "bundles": round(held, 2), "bundles_n": len(bundles),
+           "pause": round(sum(p.get("exclusive_pause", 0.0) for p in every), 2),
+           "resume": round(sum(p.get("exclusive_resume", 0.0) for p in every), 2),
+           "longest_bundle": [round(longest[0], 2), longest[1]],
+           "share_of_wall": round((cand + held) / wall, 3) if wall > 0 else None}
+    if any("exclusive_unsettled" in p for p in every):  # runs since the thirty-fourth session
+        out["unsettled"] = sum(p.get("exclusive_unsettled", 0) > 0 for p in every)
+        out["unsettled_d"] = sum(p.get("exclusive_unsettled_d", 0) for p in every)
+    return out
 
 
 def _mid_rate(ends: list[float]) -> dict[str, Any]:

@@ -89,3 +89,20 @@ def test_a_pass_too_short_for_a_mid_rate_reports_none() -> None:
     got = summarize(rows, ["p"], wall=2.0, workers=1)
     assert got["mid_per_minute"] is None and got["first_done_s"] == 2.0
     assert (got["honest_passed"], got["honest_total"], got["cheats_total"]) == (1, 1, 0)
+
+
+def test_timed_phases_begun_before_every_stop_landed_are_counted(saved: dict) -> None:
+    """Runs since quiet's wait for SIGSTOPs to land count the phases that began with some
+    stopped process not yet stopped (and those in uninterruptible sleep); older runs have
+    no such key."""
+    v = saved["cold"]
+    rows = [dict(r, phase_s=dict(r.get("phase_s") or {})) for r in v["rows"]]
+    keys = _bundle_keys(rows)
+    assert "unsettled" not in summarize(rows, keys, v["wall_s"], v["workers"])["exclusive_s"]
+    timed = [r for r in rows if "exclusive" in r["phase_s"]]
+    for r in timed:
+        r["phase_s"].update(exclusive_unsettled=0, exclusive_unsettled_d=0)
+    timed[0]["phase_s"].update(exclusive_unsettled=3, exclusive_unsettled_d=2)
+    timed[1]["phase_s"].update(exclusive_unsettled=1)
+    got = summarize(rows, keys, v["wall_s"], v["workers"])["exclusive_s"]
+    assert (got["unsettled"], got["unsettled_d"]) == (2, 2)
