@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.14.2"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.14.3"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
@@ -39,7 +39,9 @@ VERIFIER_VERSION = "1.14.2"  # 1.1: float64 reference accepted too; 1.2: compare
 # 1.14.1: a problem whose baselines' timing ran short is built and timed anew up to three
 # times too, each after twice the room of the last (it was once, at the smallest room);
 # 1.14.2: a rerun short again after its wait for room ran out is the last (memory held
-# outside the batch), and later waits are brief until room is seen again
+# outside the batch), and later waits are brief until room is seen again; 1.14.3: a wait
+# for room closes the idle warm sandboxes (their CUDA contexts), so a run short of memory
+# is less often left with no verdict; a pause waits up to 20 ms for its stops to land
 
 
 def _default_cache() -> str:
