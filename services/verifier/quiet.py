@@ -27,70 +27,108 @@ STOP_SETTLE_S = 0.02  # most a pause waits for its SIGSTOPs to land (one in D st
 def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, int]]:
     """SIGSTOP every process `others()` lists (the other sandboxes on the host) while one
     is timed; yields a dict that ends up holding how many were stopped, how many of them
-    were not yet seen stopped as the timing began (`unsettled`, after a bounded wait), and
-    how many were gone by the end (exited or killed meanwhile: a CUDA context torn down).
+    were not yet seen to stop as the timing began (`unsettled`, after a bounded wait; of
+    which `unsettled_d` in uninterruptible sleep), how many process groups were stopped
+    as a whole (`groups`), and how many were gone by the end (exited or killed meanwhile:
+    a CUDA context torn down).
 
     On the H200 with 12 workers the within-run spread of short kernels was 30-280% in
     batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s of a timed phase, they
     lose only that time (their wall clocks are generous). Without a sandbox uid
     (rlimits-only mode, `others` None) nothing is paused."""
-    info = {"stopped": 0, "gone": 0, "unsettled": 0, "unsettled_d": 0}
+    info = {"stopped": 0, "gone": 0, "unsettled": 0, "unsettled_d": 0, "groups": 0}
     if others is None:
         yield info
         return
     stopped: list[int] = []
+    groups: set[int] = set()  # process groups stopped as a whole
     moving: list[int] = []  # stopped but not yet seen to stop
     settle_by = time.monotonic() + STOP_SETTLE_S
     QUIET.begin()  # and no new sandbox starts (imports, CUDA context) until it is timed
     try:
         for _ in range(5):  # again until a pass finds nobody new (children forked meanwhile)
-            new = [pid for pid in others() if pid not in stopped]
+            listed = others()
+            new = [pid for pid in listed if pid not in stopped]
             if not new:
                 break
+            groups |= _stop_groups(_groups_of(new, listed) - groups)
             for pid in new:
-                try:
-                    os.kill(pid, signal.SIGSTOP)
+                if _signal(os.kill, pid, signal.SIGSTOP):
                     stopped.append(pid)
                     moving.append(pid)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            # A parent stopped inside fork() stops only once the fork is done; a rescan
-            # before then misses the child, which keeps running through the timing.
-            moving = _settle(moving, settle_by)
-        info["stopped"], info["unsettled"] = len(stopped), len(moving)
-        # of which in uninterruptible sleep (a driver call): which ones cost the wait
-        info["unsettled_d"] = sum(_state(pid) == "D" for pid in moving)
+            moving = _settle(moving, groups, settle_by)
+        info.update(stopped=len(stopped), unsettled=len(moving), groups=len(groups))
+        info["unsettled_d"] = sum(_stat(pid)[0] == "D" for pid in moving)  # diagnostics
         yield info
     finally:
         QUIET.end()
-        info["gone"] = sum(_state(pid) in (None, "Z", "X") for pid in stopped)
+        info["gone"] = sum(_stat(pid)[0] in (None, "Z", "X") for pid in stopped)
         for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal(os.kill, pid, signal.SIGCONT)
+        for g in groups:  # children forked as their group was stopped are stopped too
+            _signal(os.killpg, g, signal.SIGCONT)
 
 
-def _settle(pids: list[int], deadline: float) -> list[int]:
-    """Wait (until `deadline`) for each of `pids` to be stopped or gone; the ones that
-    are neither by then (a process in uninterruptible sleep stops only as it leaves)."""
+def _groups_of(pids: list[int], listed: list[int]) -> set[int]:
+    """The process groups that listed processes lead (a sandbox starts in a session of its
+    own: its group holds its processes only). Never this process's own group."""
+    led = set(listed)
+    return {g for g in (_stat(pid)[1] for pid in pids) if g in led and g != os.getpgrp()}
+
+
+def _stop_groups(groups: set[int]) -> set[int]:
+    """SIGSTOP each group as a whole; the ones it reached. A signal to a group reaches a
+    child its parent is forking meanwhile too (the kernel delays it to both), where one to
+    the parent's pid alone does not: the child, not yet listed, would run on."""
+    return {g for g in groups if _signal(os.killpg, g, signal.SIGSTOP)}
+
+
+def _signal(send: Callable[[int, int], None], target: int, sig: int) -> bool:
+    try:
+        send(target, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _settle(pids: list[int], groups: set[int], deadline: float) -> list[int]:
+    """Wait (until `deadline`) for each of `pids` to stop; the ones that have not by then.
+    Stopped, gone, or holding a SIGSTOP sent to its whole group (runnable but not yet run:
+    it stops before it runs its own code again, and a child it forks gets the stop too)."""
     while True:
-        pids = [pid for pid in pids if _state(pid) not in _STILL]
+        pids = [pid for pid in pids if not _still(pid, groups)]
         if not pids or time.monotonic() >= deadline:
             return pids
         time.sleep(0.0002)
 
 
-_STILL = ("T", "t", "Z", "X", None)  # stopped (by a signal, traced), a zombie, reaped
+def _still(pid: int, groups: set[int]) -> bool:
+    state, group = _stat(pid)
+    if state in ("T", "t", "Z", "X", None):  # stopped (by a signal, traced), zombie, reaped
+        return True
+    return group in groups and _stop_pending(pid)
 
 
-def _state(pid: int) -> str | None:
-    """The process's state letter (/proc/PID/stat), None once it is reaped."""
+def _stop_pending(pid: int) -> bool:
+    """Is a SIGSTOP pending for the process as a whole (/proc/PID/status ShdPnd)?"""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("ShdPnd:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGSTOP - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _stat(pid: int) -> tuple[str | None, int | None]:
+    """The process's state letter and process group (/proc/PID/stat); None once reaped."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None, None
 
 
 class _Quiet:

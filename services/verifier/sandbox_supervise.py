@@ -148,6 +148,7 @@ def _timed_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: i
                 t["exclusive_paused"], t["exclusive_gone"] = paused["stopped"], paused["gone"]
                 t["exclusive_unsettled"] = paused["unsettled"]
                 t["exclusive_unsettled_d"] = paused["unsettled_d"]
+                t["exclusive_groups"] = paused["groups"]
         lap("exclusive_resume")  # the others continued; the lock goes as this block ends
     return done
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import time
 from pathlib import Path
@@ -182,13 +183,19 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
     assert started and started[0] >= ended
 
 
+
 _FORKER = r'''
-import os, signal, time
+import os, signal, struct, sys, time
+w = int(sys.argv[1])
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
-while True:
+while True:  # every process stamps the pipe each time it runs its own code
     if os.fork() == 0:
-        time.sleep(0.05)
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:
+            os.write(w, struct.pack("d", time.monotonic()))
+            time.sleep(0.002)
         os._exit(0)
+    os.write(w, struct.pack("d", time.monotonic()))
 '''
 
 
@@ -205,32 +212,47 @@ def _group(pgid: int) -> list[int]:
     return out
 
 
+def _stamps(r: int, into: list[float]) -> None:
+    buf = b""
+    while chunk := os.read(r, 1 << 16):
+        buf += chunk
+        n = len(buf) // 8 * 8
+        into.extend(struct.unpack(f"{n // 8}d", buf[:n]))
+        buf = buf[n:]
+
+
 def test_children_forked_as_their_parent_is_stopped_are_stopped_too() -> None:
-    """A parent stopped in the middle of a fork() stops only once the fork is done, so a
-    rescan straight after the SIGSTOPs can miss the child, which then runs through the
-    timing (seen once on CI). The pause waits for its stops to land before it rescans.
-    Before that wait, a forking loop got a child past ~1 pause in 100 here."""
+    """No process of a paused sandbox runs its own code while another is timed, not even
+    a child forked as its parent was being stopped: a stop sent to the parent's pid alone
+    misses it, and a rescan straight after the stops may not list it yet (seen once on
+    CI). Here every process of a forking loop stamps a pipe whenever it runs; no stamp
+    may fall inside a pause. Before the pause stopped whole groups and waited for its
+    stops, 54 of 500 pauses here let code run (a probe, on a loaded 2-core host)."""
+    import bisect
     import signal
     import subprocess
+    import threading
 
-    forker = subprocess.Popen([sys.executable, "-I", "-c", _FORKER], start_new_session=True)
+    r, w = os.pipe()
+    stamps: list[float] = []
+    threading.Thread(target=_stamps, args=(r, stamps), daemon=True).start()
+    forker = subprocess.Popen([sys.executable, "-I", "-c", _FORKER, str(w)],
+                              start_new_session=True, pass_fds=(w,))
+    os.close(w)
+    windows = []
     try:
         time.sleep(0.3)
-        escaped = []
-        for _ in range(400):
-            with sandbox.S.others_paused(lambda: _group(forker.pid)) as info:
-                states = {pid: _state(pid) for pid in _group(forker.pid)}
-                running = {pid: s for pid, s in states.items() if s not in ("T", None)}
-                if running:
-                    escaped.append((running, dict(info)))
-        assert not escaped, f"{len(escaped)} of 400 pauses let a child run: {escaped[:3]}"
+        for _ in range(300):
+            with sandbox.S.others_paused(lambda: _group(forker.pid)):
+                t0 = time.monotonic() + 0.001  # a stamp already being written: its grace
+                time.sleep(0.005)
+                windows.append((t0, time.monotonic()))
+            time.sleep(0.005)
     finally:
         os.killpg(forker.pid, signal.SIGKILL)
         forker.wait()
-
-
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
+    time.sleep(0.2)  # the last children die, the pipe drains
+    seen = sorted(stamps)
+    assert len(seen) > 1000, "the forking loop did not run"
+    ran = [(a, b) for a, b in windows if bisect.bisect_left(seen, b) > bisect.bisect_right(seen, a)]
+    assert not ran, f"{len(ran)} of {len(windows)} pauses let a sandbox's code run"
