@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import struct
 import sys
 import time
 from pathlib import Path
@@ -184,75 +183,16 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
 
 
 
-_FORKER = r'''
-import os, signal, struct, sys, time
-w = int(sys.argv[1])
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
-while True:  # every process stamps the pipe each time it runs its own code
-    if os.fork() == 0:
-        end = time.monotonic() + 0.05
-        while time.monotonic() < end:
-            os.write(w, struct.pack("d", time.monotonic()))
-            time.sleep(0.002)
-        os._exit(0)
-    os.write(w, struct.pack("d", time.monotonic()))
-'''
-
-
-def _group(pgid: int) -> list[int]:
-    """The live processes of a process group (a sandbox's processes, for this test)."""
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(stat[3]) == pgid and stat[0] not in "ZX":
-            out.append(int(d))
-    return out
-
-
-def _stamps(r: int, into: list[float]) -> None:
-    buf = b""
-    while chunk := os.read(r, 1 << 16):
-        buf += chunk
-        n = len(buf) // 8 * 8
-        into.extend(struct.unpack(f"{n // 8}d", buf[:n]))
-        buf = buf[n:]
-
 
 def test_children_forked_as_their_parent_is_stopped_are_stopped_too() -> None:
     """No process of a paused sandbox runs its own code while another is timed, not even
     a child forked as its parent was being stopped: a stop sent to the parent's pid alone
     misses it, and a rescan straight after the stops may not list it yet (seen once on
-    CI). Here every process of a forking loop stamps a pipe whenever it runs; no stamp
-    may fall inside a pause. Before the pause stopped whole groups and waited for its
-    stops, 54 of 500 pauses here let code run (a probe, on a loaded 2-core host)."""
-    import bisect
-    import signal
-    import subprocess
-    import threading
+    CI). benchmarks/pause_probe.py: every process of a forking loop stamps a pipe
+    whenever it runs; no stamp may fall inside a pause. Before the pause stopped whole
+    groups and waited for its stops, 5-6 of 300 pauses here let code run."""
+    from benchmarks.pause_probe import probe
 
-    r, w = os.pipe()
-    stamps: list[float] = []
-    threading.Thread(target=_stamps, args=(r, stamps), daemon=True).start()
-    forker = subprocess.Popen([sys.executable, "-I", "-c", _FORKER, str(w)],
-                              start_new_session=True, pass_fds=(w,))
-    os.close(w)
-    windows = []
-    try:
-        time.sleep(0.3)
-        for _ in range(300):
-            with sandbox.S.others_paused(lambda: _group(forker.pid)):
-                t0 = time.monotonic() + 0.001  # a stamp already being written: its grace
-                time.sleep(0.005)
-                windows.append((t0, time.monotonic()))
-            time.sleep(0.005)
-    finally:
-        os.killpg(forker.pid, signal.SIGKILL)
-        forker.wait()
-    time.sleep(0.2)  # the last children die, the pipe drains
-    seen = sorted(stamps)
-    assert len(seen) > 1000, "the forking loop did not run"
-    ran = [(a, b) for a, b in windows if bisect.bisect_left(seen, b) > bisect.bisect_right(seen, a)]
-    assert not ran, f"{len(ran)} of {len(windows)} pauses let a sandbox's code run"
+    got = probe(sandbox.S.others_paused, trials=300)
+    assert got["stamps"] > 1000, ("the forking loop did not run", got)
+    assert got["pauses_with_code_running"] == 0, got
