@@ -72,8 +72,8 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
 def _groups_of(pids: list[int], listed: list[int]) -> set[int]:
     """The process groups that listed processes lead (a sandbox starts in a session of its
     own: its group holds its processes only). Never this process's own group."""
-    led = set(listed)
-    return {g for g in (_stat(pid)[1] for pid in pids) if g in led and g != os.getpgrp()}
+    led = set(listed) - {os.getpgrp()}
+    return {g for g in (_stat(pid)[1] for pid in pids) if g in led}
 
 
 def _stop_groups(groups: set[int]) -> set[int]:
@@ -84,6 +84,7 @@ def _stop_groups(groups: set[int]) -> set[int]:
 
 
 def _signal(send: Callable[[int, int], None], target: int, sig: int) -> bool:
+    """`send(target, sig)` (os.kill or os.killpg); False if the target is gone or not ours."""
     try:
         send(target, sig)
         return True
