@@ -41,7 +41,8 @@ VERIFIER_VERSION = "1.14.3"  # 1.1: float64 reference accepted too; 1.2: compare
 # 1.14.2: a rerun short again after its wait for room ran out is the last (memory held
 # outside the batch), and later waits are brief until room is seen again; 1.14.3: a wait
 # for room closes the idle warm sandboxes (their CUDA contexts), so a run short of memory
-# is less often left with no verdict; a pause waits up to 20 ms for its stops to land
+# is less often left with no verdict; a pause stops the other sandboxes' process groups
+# too and waits (up to 20 ms) for its stops to land: a child forked meanwhile is stopped
 
 
 def _default_cache() -> str:
