@@ -182,8 +182,6 @@ def test_no_sandbox_starts_while_one_is_timed() -> None:
     assert started and started[0] >= ended
 
 
-
-
 def test_children_forked_as_their_parent_is_stopped_are_stopped_too() -> None:
     """No process of a paused sandbox runs its own code while another is timed, not even
     a child forked as its parent was being stopped: a stop sent to the parent's pid alone
