@@ -18,7 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from services.verifier import candidate, compare_device, gpu_memory, perf, reference, sandbox
+from services.verifier import (
+    candidate,
+    compare_device,
+    gpu_memory,
+    perf,
+    reference,
+    sandbox,
+    speedups,
+)
 from services.verifier import workspace as W
 from services.verifier.exceptions import DeviceShort, ProblemError, SandboxError
 from services.verifier.gpu_lock import GpuLock, KindOfHolder
@@ -27,7 +35,7 @@ from services.verifier.options import VerifyOptions
 from services.verifier.permits import Permit, gpu_places_for, judges_for, warm_slots_for
 from services.verifier.pool import SlotPool
 from services.verifier.prefetch import Plan, Progress, prefetch
-from services.verifier.report import Timings, VerifyReport, first_stage, rejected
+from services.verifier.report import VerifyReport, first_stage, rejected
 from services.verifier.static_check import check_solution
 
 
@@ -262,7 +270,7 @@ class Session:
                                     "reference_warm_start": bundle.meta.get("warm_start"),
                                     "reference_gpu_peak_mb": bundle.meta.get("gpu_peak_mb")})
         if o.device == "cuda" and not out.failures:
-            self._performance(rep, out, bundle)
+            speedups.judge(rep, out, bundle, o)
         if out.failures:
             rep.stage = first_stage(out.failures)
             rep.reasons = [f"{s}: {r}" for s, r in out.failures]
@@ -280,44 +288,6 @@ class Session:
 
     def _reruns(self) -> Reruns:
         return Reruns(self.memory, self.options.oom_reruns, self._room_wait_s)
-
-    def _performance(self, rep: VerifyReport, out: candidate.Outcome,
-                     bundle: reference.ReferenceBundle) -> None:
-        t = bundle.meta.get("timing") or {}
-        cand = out.timing or {}
-        naive, opt = t.get("naive") or {}, t.get("optimized") or {}
-        rep.perf_measured = bool(cand.get("median_ms"))
-        rep.timings = Timings(cand.get("median_ms"), naive.get("median_ms"),
-                              (opt or naive).get("median_ms"), cand.get("spread"),
-                              cand.get("holdout_ratio"))
-        if not rep.perf_measured:
-            return
-        c = rep.timings.candidate_ms
-        assert c is not None
-        rep.speedup_vs_naive = naive["median_ms"] / c if naive.get("median_ms") else None
-        base_opt = opt or naive  # without ModelOpt, Model is both baselines
-        rep.speedup_vs_optimized = base_opt["median_ms"] / c if base_opt.get("median_ms") else None
-        rep.details["candidate_timing"] = cand
-        self._roofline(rep, out, bundle, c, t)
-
-    def _roofline(self, rep: VerifyReport, out: candidate.Outcome,
-                  bundle: reference.ReferenceBundle, c_ms: float, t: dict[str, Any]) -> None:
-        peak = bundle.meta.get("peak") or perf.load_peak(self.options.cache,
-                                                         bundle.meta.get("device_name"))
-        if not peak:  # without it no time can be judged impossible: never pass unchecked
-            out.fail("internal", "no peak-bandwidth measurement: cannot apply the "
-                                 "speed-of-light check (verifier infrastructure)")
-            return
-        shape = bundle.meta["shapes"][t["shape_index"]]
-        dtype = shape["outputs"][0]["dtype"] if shape.get("outputs") else "float32"
-        flops, moved = perf.op_costs(bundle.op, shape.get("dims", {}), dtype)
-        b = perf.bounds(shape, peak, flops, moved, dtype)
-        rep.roofline_fraction = perf.roofline_fraction(c_ms * 1e-3, b)
-        rep.details["speed_of_light_ms"] = b["sol_s"] * 1e3 if b["sol_s"] else None
-        if b["sol_s"] and c_ms * 1e-3 < self.options.sol_margin * b["sol_s"]:
-            out.fail("timing", f"impossible time {c_ms:.4g} ms: below {self.options.sol_margin} x "
-                               f"the speed-of-light bound {b['sol_s'] * 1e3:.4g} ms "
-                               "(timer evasion)")
 
 
 def verify(problem_src: str, solution_src: str, options: VerifyOptions) -> VerifyReport:
