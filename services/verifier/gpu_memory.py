@@ -92,6 +92,14 @@ def _mem_info() -> tuple[int, int] | None:
 # enough for a peak of the batch's own processes to pass: on an H100 beside a 44 GB hog,
 # reruns found room within 1.5 s; verifier_notes.md, thirty-second session)
 OUTSIDE_WAIT_S = 10.0
+# A wait for room also ends, as one that ran out, once the device's free memory has stood
+# still (within STILL_BYTES) for STILL_S while short: no run of the batch is coming or
+# going, and its idle sandboxes are closed, so what holds the memory is not the batch's
+# (beside a 64 GB hog on an H100 every worker queued behind one rerun waiting for room
+# that never came, the device unchanged at 67,099 MiB for four minutes; a batch's own
+# use moves every second: verifier_notes.md, thirty-fifth session)
+STILL_S = 20.0
+STILL_BYTES = 64 << 20
 # The share of the device that must be free when a session starts; with less, other
 # processes hold the rest and the batch's runs will be short of memory (the record batch
 # peaked at 72.5 of an H100's 80 GB; beside a 44 GB hog, 140 candidates needed 20 reruns:
@@ -145,9 +153,10 @@ class DeviceMemory:
     """Reruns after an out-of-memory failure, one at a time, each after the device has room
     (or after `timeout_s`: it runs anyway, and fails again if there is still none). A wait
     that ran its whole length without room saw memory held longer than any run of the batch
-    lasts (by another tenant of the device, or the parent's caches): until room is seen
-    again, waits last at most OUTSIDE_WAIT_S, so the batch's reruns, one at a time, do not
-    each wait it out."""
+    lasts (by another tenant of the device, or the parent's caches), and one that saw the
+    free memory stand still for STILL_S saw nothing of the batch's come or go: either
+    way, until room is seen again, waits last at most OUTSIDE_WAIT_S, so the batch's
+    reruns, one at a time, do not each wait it out."""
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
                  poll_s: float = 0.2, on_short: Callable[[], object] | None = None) -> None:
@@ -181,19 +190,23 @@ class DeviceMemory:
             yield round(time.monotonic() - t0, 3)
 
     def _poll(self, need: int, t0: float, limit: float) -> None:
-        """Until `need` bytes are free or `limit` s have passed since `t0`. Sandboxes
-        started just before the wait (their CUDA contexts come seconds later) are closed
-        at a later poll if still idle."""
+        """Until `need` bytes are free, or `limit` s have passed since `t0`, or the free
+        memory has stood still for STILL_S. Sandboxes started just before the wait (their
+        CUDA contexts come seconds later) are closed at a later poll if still idle."""
+        seen, since = -1, t0  # the free bytes last seen to move, and when
         while True:
             free = self._free()
             if free is None or free >= need:
                 self.held_outside = False
                 return
+            now = time.monotonic()
+            if abs(free - seen) > STILL_BYTES:
+                seen, since = free, now
             if self._on_short is not None:
                 self._on_short()
                 if (self._free() or 0) >= need:  # their memory is back already
                     continue
-            if time.monotonic() - t0 >= limit:
+            if now - t0 >= limit or now - since >= STILL_S:
                 self.held_outside = True
                 return
             time.sleep(self._poll_s)

@@ -37,16 +37,16 @@ def starved(failures: list[tuple[str, str]], runs: int,
     """The failures of a run made `runs` times, each short of device memory, as one
     "internal" failure: the batch's processes share the device, so they say nothing of the
     kernel (a rejection at "runtime" would count an honest kernel as wrong). `outside`: the
-    device stayed short through a whole wait for room."""
+    device stayed short through a wait for room that ran out (gpu_memory.DeviceMemory)."""
     last = "; ".join(f"{s}: {r}" for s, r in failures)
     why = (OUTSIDE if outside else "its memory is shared by the batch's processes")
     return [("internal", f"device out of memory in all {runs} runs ({why}): no verdict on "
                          f"the kernel; last: {last}"[:900])]
 
 
-OUTSIDE = ("it stayed short through a whole wait for room, as long as any run of the batch "
-           "lasts: memory held outside the batch's runs, by another process on the device "
-           "or the verifier's own caches")
+OUTSIDE = ("it stayed short through a wait for room, as long as any run of the batch lasts "
+           "or with the device's free memory standing still: memory held outside the "
+           "batch's runs, by another process on the device or the verifier's own caches")
 
 
 @dataclass(frozen=True)

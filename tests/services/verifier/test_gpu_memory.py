@@ -112,6 +112,26 @@ def test_a_wait_short_of_room_first_closes_the_idle_warm_sandboxes() -> None:
         assert not mem.waiting  # over: sandboxes may start ahead again
 
 
+def test_a_wait_ends_once_the_free_memory_stands_still(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside a 64 GB hog on an H100 every worker queued behind one rerun's wait for room
+    that never came: the device stood at the same use for four minutes, nothing of the
+    batch's coming or going. A wait that sees the free memory stand still for STILL_S ends
+    as one that ran out; one that sees it move (the batch's runs) waits on."""
+    monkeypatch.setattr(gpu_memory, "STILL_S", 0.15)
+    still = DeviceMemory(free=lambda: GIB + (time.monotonic_ns() % 1000), poll_s=0.01)
+    with still.room(4 * GIB, timeout_s=30) as waited:  # moving by bytes only: still
+        assert 0.15 <= waited < 2 and still.held_outside
+    moves = iter([GIB, 2 * GIB] * 1000)
+    busy = DeviceMemory(free=lambda: next(moves), poll_s=0.01)
+    with busy.room(4 * GIB, timeout_s=0.5) as waited:
+        assert waited >= 0.5 and busy.held_outside  # its whole length, as before
+    freed = iter([GIB] * 5 + [8 * GIB] * 100)  # room comes before STILL_S: no verdict on it
+    shed = DeviceMemory(free=lambda: next(freed), poll_s=0.01)
+    with shed.room(4 * GIB, timeout_s=30) as waited:
+        assert waited < 0.15 and not shed.held_outside
+
+
 def test_a_sandbox_is_started_ahead_of_demand_only_with_room_left() -> None:
     assert gpu_memory.room_to_start(lambda: gpu_memory.START_RESERVE)
     assert not gpu_memory.room_to_start(lambda: gpu_memory.START_RESERVE - 1)
