@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The verifier benchmark's device calls, each one command (run from the repo root there).
 #   bash benchmarks/device_verifier.sh record
-#       The rate of record (490 candidates, --repeat 7; 483 before the cheat suite's 34th,
-#       precision_downcast), on an H200 only: any other card exits 3 at once, before the
-#       wheels are installed.
+#       The rate of record (497 candidates, --repeat 7; 490 before the cheat suite's 35th,
+#       host_compute, 483 before its 34th, precision_downcast), on an H200 only: any other
+#       card exits 3 at once, before the wheels are installed.
 #   bash benchmarks/device_verifier.sh ab OLD_DIR ORDER [benchmark args]
 #       This checkout and OLD_DIR (a `git archive` of the baseline, carried as `.old`) side
-#       by side on one machine, default 210 candidates a pass (207 before
-#       precision_downcast), primed; then the table of benchmarks/verifier_ab.py, whose
-#       baseline column is the old run (old1 if two).
+#       by side on one machine, default 213 candidates a pass (210 before host_compute,
+#       207 before precision_downcast), primed; then the table of
+#       benchmarks/verifier_ab.py, whose baseline column is the old run (old1 if two).
 #       ORDER: new-first, old-first (two passes, ~310 s on an H100), new-old-new and
 #       old-new-old run three passes in one call (~470 s on an H100), each capped at 190 s,
 #       so that a drift over the call falls on both sides: read the middle run against the
@@ -18,7 +18,7 @@
 #       H100): a check of what a pass records (e.g. `prime_stubs`), never a rate to compare.
 #       With `--config NAME:K=V` a second pass of this checkout follows, other settings.
 #   bash benchmarks/device_verifier.sh hog GB [benchmark args]
-#       One pass of this checkout (default 210 candidates, --repeat 3, ~170 s on an H100)
+#       One pass of this checkout (default 213 candidates, --repeat 3, ~170 s on an H100)
 #       beside a process that holds GB GiB of the device: the card's memory runs short as a
 #       fuller card's would, so the pass shows whether any verdict changes (`oom_reruns`,
 #       honest passed). Output in $OUT/hog and $OUT/hog.log. HOG_CAP_S (default 480)

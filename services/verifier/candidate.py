@@ -104,6 +104,7 @@ def _job(bundle: ReferenceBundle, options: VerifyOptions, inside: M.View) -> dic
         "gated": options.device == "cuda",
         "inputs": inside.inputs, "allowed_aten": sorted(P.ALLOWED_ATEN_OPS),
         "poisoned_aten": sorted(P.POISONED_ATEN_OPS), "int_poison": P.INT_POISON,
+        "host_read_budget": P.HOST_READ_BUDGET,
         "calls": [{"shape_index": t["shape_index"], "file": t["file"],
                    "save_inputs": t["trial"] == 0} for t in meta["trials"]
                   if not t.get("holdout")],  # holdouts: only in the timed phase (reference.py)

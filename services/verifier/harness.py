@@ -37,8 +37,8 @@ from kz_jit_warm import CBuilds, warm_triton  # noqa: E402
 from kz_records import Pending  # noqa: E402
 from kz_timing_stats import LongestStep  # noqa: E402
 from kz_trace import (WRAPPED, State, Tracer, brief, compiling_only,  # noqa: E402
-                      configure, echo_calls, install_launch_counter, poison_allocator,
-                      prewarm, reserve_poison, warm_kernels)
+                      configure, echo_calls, host_read_errors, install_launch_counter,
+                      poison_allocator, prewarm, reserve_poison, warm_kernels)
 
 prewarm()  # Triton, its driver and the CUDA context while no candidate waits
 _JIT_WARM_S = warm_triton()  # before WARM: the pool's stubs keep what it built
@@ -55,7 +55,8 @@ JOB = json.loads(sys.stdin.readline())  # before anything the candidate could to
 _load, _save, _equal, _pin = torch.load, torch.save, torch.equal, torch.Tensor.pin_memory
 _cuda_sync = torch.cuda.synchronize
 _threads = threading.active_count
-configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"])
+configure(JOB["allowed_aten"], JOB["poisoned_aten"], JOB["int_poison"], JOB["device"],
+          JOB["host_read_budget"])
 DEVICE = JOB["device"]
 REPORT: dict = {"nonce": JOB["nonce"], "calls": [], "errors": [], "integrity": [],
                 "steps_s": {"warm_kernels": _WARM_S, "warm_triton": _JIT_WARM_S or 0.0}}
@@ -129,6 +130,7 @@ def _run_call(model: torch.nn.Module, call: dict, index: int, cpu_inputs: list) 
     if State.side_stream:
         rec["errors"].append(["runtime", f"{State.side_stream} Triton launches on a non-default "
                                          "stream (side stream escapes the timer)"])
+    rec["errors"].extend(host_read_errors())
     if _threads() != threads0:
         rec["errors"].append(["runtime", "forward started threads (thread compute outside the "
                                           "traced thread)"])

@@ -45,10 +45,11 @@ class State:
     launches = 0
     side_stream = 0
     violations: list[str] = []
+    host_reads = 0  # tensor values read back to the host (policy.HOST_READ_BUDGET)
 
     @classmethod
     def reset(cls) -> None:
-        cls.launches, cls.side_stream, cls.violations = 0, 0, []
+        cls.launches, cls.side_stream, cls.violations, cls.host_reads = 0, 0, [], 0
 
 
 class _Rules:
@@ -56,11 +57,14 @@ class _Rules:
     poisoned: frozenset[str] = frozenset()
     int_poison = 0
     cuda = False
+    host_read_budget = 0
 
 
-def configure(allowed: list[str], poisoned: list[str], int_poison: int, device: str) -> None:
+def configure(allowed: list[str], poisoned: list[str], int_poison: int, device: str,
+              host_read_budget: int) -> None:
     _Rules.allowed, _Rules.poisoned = frozenset(allowed), frozenset(poisoned)
     _Rules.int_poison, _Rules.cuda = int(int_poison), device == "cuda"
+    _Rules.host_read_budget = int(host_read_budget)
 
 
 if torch.cuda.is_available():
@@ -95,9 +99,43 @@ class Tracer(NoDynamoMode):
         if name not in _Rules.allowed:
             State.violations.append(str(func))
         out = func(*args, **kwargs)
+        State.host_reads += _values_to_host(name, args, out)
+        if State.host_reads > _Rules.host_read_budget:  # at once: a loop over a big input
+            raise HostCompute("tensor values read to the host past the budget")
         if name in _Rules.poisoned:
             _poison(out)
         return out
+
+
+def _values_to_host(name: str, args: tuple, out: object) -> int:
+    """How many tensor values this op brought to the host: one for a scalar read (`.item()`,
+    `float(t)`, `if t:`), every element of a device-to-host copy."""
+    if name == "_local_scalar_dense":
+        return 1
+    if name == "_to_copy" and args:
+        src, dst = args[0], out
+    elif name == "copy_" and len(args) > 1:
+        dst, src = args[0], args[1]
+    else:
+        return 0
+    to_host = (type(src) is torch.Tensor and type(dst) is torch.Tensor and not src.is_cpu
+               and dst.is_cpu)
+    return src.numel() if to_host else 0
+
+
+class HostCompute(RuntimeError):
+    """Raised in forward at the first tensor value read to the host past the budget."""
+
+
+def host_read_errors() -> list[list[str]]:
+    """The call's error if forward read more tensor values to the host than the budget."""
+    n, budget = State.host_reads, _Rules.host_read_budget
+    if n <= budget:
+        return []
+    return [["runtime", f"forward read tensor values back to the host past the {budget} "
+                        "allowed for scalar parameters (.item(), float(), a copy to the CPU; "
+                        f"stopped at {n}): output computed in Python, outside the kernels "
+                        "(host_compute)"]]
 
 
 WRAPPED: list[tuple[Any, object]] = []  # (launcher class, our run wrapper): integrity check
@@ -300,6 +338,7 @@ def echo_calls(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
         load = loads[k] if loads is not None else None
         if load is not None:
             load()
+        State.host_reads = 0
         try:
             with torch.no_grad(), Tracer():
                 fn()
@@ -308,7 +347,9 @@ def echo_calls(fns: list[Any], loads: list[Any] | None) -> list[list[str]]:
         except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
             errors.append(["timing", f"forward raised {brief(exc)} when called again on the "
                                      "timed runs' inputs"])
-            break
+        errors.extend(host_read_errors())
+        if errors:
+            break  # the first failure ends it
     ops = sorted(set(State.violations))[:8]
     if ops:
         errors.append(["runtime", "forward ran library compute at dispatch level when called "

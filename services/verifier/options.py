@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.14.4"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.15.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
@@ -44,7 +44,9 @@ VERIFIER_VERSION = "1.14.4"  # 1.1: float64 reference accepted too; 1.2: compare
 # is less often left with no verdict; a pause stops the other sandboxes' process groups
 # too and waits (up to 20 ms) for its stops to land: a child forked meanwhile is stopped
 # 1.14.4: a wait for room that sees the device's free memory stand still for 20 s ends
-# as one that ran out (memory held outside the batch), not after its whole 300 s
+# as one that ran out (memory held outside the batch), not after its whole 300 s; 1.15.0:
+# forward may read at most 8 tensor values back to the host (.item(), float(), copies to the
+# CPU): past that it is stopped and rejected (host_compute: arithmetic in Python passed)
 
 
 def _default_cache() -> str:

@@ -112,6 +112,11 @@ ALLOWED_ATEN_OPS = frozenset({
     "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "contiguous", "flatten",
     "unflatten", "view_as", "expand_as", "_reshape_alias", "resolve_conj", "resolve_neg",
 })
+# Tensor values forward may read back to the host (`.item()`, `float(t)`, a device-to-host
+# copy counts its elements): a few scalar parameters, never the data. A forward that reads
+# its inputs element by element and does the arithmetic in Python makes no aten op the
+# rules above flag, yet computes the output outside any kernel (host_compute)
+HOST_READ_BUDGET = 8
 # Fresh allocations the tracer poisons (NaN / sentinel) so stale memory cannot match.
 POISONED_ATEN_OPS = frozenset({
     "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",

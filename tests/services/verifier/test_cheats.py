@@ -31,7 +31,7 @@ def test_every_category_is_present() -> None:
                 "seed_predicting", "thread_compute", "subprocess_escape", "file_read_escape",
                 "network", "hang", "segfault", "oom", "fork_bomb", "no_triton_launch",
                 "syntax_error", "missing_modelnew", "nan_output", "timed_memo", "timed_library",
-                "timed_content_memo", "deferred_output", "precision_downcast"}
+                "timed_content_memo", "deferred_output", "precision_downcast", "host_compute"}
     assert required <= names
 
 

@@ -114,7 +114,7 @@ def test_the_echo_of_the_timed_runs_names_library_compute_and_failures() -> None
     """echo_calls: one traced call per timed input set, after the timed runs (whose
     tracer is off). A forward that switches to library compute there, or fails, is named;
     one that stays within the allowed ops (allocations, views) passes."""
-    trace.configure(["empty", "view", "zeros_like"], [], 0, "cpu")
+    trace.configure(["empty", "view", "zeros_like"], [], 0, "cpu", 8)
     x = torch.randn(8)
     loaded: list[int] = []
     honest = [lambda: torch.zeros_like(x).view(2, 4)]
@@ -130,3 +130,28 @@ def test_the_echo_of_the_timed_runs_names_library_compute_and_failures() -> None
     errors = trace.echo_calls([broken, broken], None)
     assert errors == [["timing", "forward raised ValueError: gone when called again on the "
                                  "timed runs' inputs"]]  # once: the first failure ends it
+
+
+def test_tensor_values_read_to_the_host_are_counted_and_stopped_past_the_budget() -> None:
+    """A scalar read (`.item()`, `float(t)`) counts one value, a copy to the host every
+    element; within the budget a call goes on (scalar parameters), past it the read raises
+    at once and the call's error names host_compute. The echo of the timed runs counts
+    each call afresh."""
+    trace.configure(["empty", "select", "_local_scalar_dense"], [], 0, "cpu", 3)
+    x = torch.arange(8.0)
+    assert trace.echo_calls([lambda: [float(x[i]) for i in range(3)]] * 2, None) == []
+    trace.State.reset()
+    with torch.no_grad(), trace.Tracer(), pytest.raises(trace.HostCompute):
+        [x[i].item() for i in range(8)]
+    assert trace.State.host_reads == 4  # stopped at the first read past the budget
+    (err,) = trace.host_read_errors()
+    assert err[0] == "runtime" and "host_compute" in err[1] and "stopped at 4" in err[1]
+    errors = trace.echo_calls([lambda: [float(x[i]) for i in range(8)]] * 2, None)
+    assert [e[0] for e in errors] == ["timing", "runtime"]  # once: HostCompute, then why
+    assert "HostCompute" in errors[0][1] and "host_compute" in errors[1][1]
+    if torch.cuda.is_available():
+        trace.configure(["_to_copy"], [], 0, "cuda", 8)
+        trace.State.reset()
+        with torch.no_grad(), trace.Tracer(), pytest.raises(trace.HostCompute):
+            torch.ones(16, device="cuda").cpu()  # sixteen values in one copy
+        assert trace.State.host_reads == 16
