@@ -46,7 +46,8 @@ VERIFIER_VERSION = "1.15.0"  # 1.1: float64 reference accepted too; 1.2: compare
 # 1.14.4: a wait for room that sees the device's free memory stand still for 20 s ends
 # as one that ran out (memory held outside the batch), not after its whole 300 s; 1.15.0:
 # forward may read at most 8 tensor values back to the host (.item(), float(), copies to the
-# CPU): past that it is stopped and rejected (host_compute: arithmetic in Python passed)
+# CPU): past that it is stopped and rejected (host_compute: arithmetic in Python passed);
+# unbound tensor methods (torch.Tensor.tolist(x)) follow the bound methods' allow-list
 
 
 def _default_cache() -> str:

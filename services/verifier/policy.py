@@ -128,6 +128,8 @@ def torch_path_allowed(path: str) -> bool:
     """Whether host code may reference the dotted torch path `path`."""
     if path == "torch":
         return True
+    if path.startswith("torch.Tensor."):  # unbound methods: the same list as bound ones
+        return path.count(".") == 2 and path.rsplit(".", 1)[1] in ALLOWED_TENSOR_METHODS
     if path in ALLOWED_TORCH_PATHS:
         return True
     for entry in ALLOWED_TORCH_PATHS - EXACT_ONLY:

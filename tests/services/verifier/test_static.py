@@ -63,6 +63,12 @@ ALLOWED = {
         out = torch.empty_like(x, dtype=torch.float32)
         k[(1,)](x, out, x.numel(), BLOCK=128)
         return out.to(x.dtype)""",
+    "tensor_type_and_unbound_views": """
+        assert isinstance(x, torch.Tensor)
+        flat: torch.Tensor = torch.Tensor.contiguous(x).view(-1)
+        out = torch.empty_like(flat)
+        k[(1,)](flat, out, flat.numel(), BLOCK=128)
+        return out""",
     "zeros_for_atomics": """
         acc = torch.zeros((x.shape[0],), device=x.device, dtype=torch.float32)
         k[(1,)](x, acc, x.numel(), BLOCK=128)
@@ -143,6 +149,9 @@ REJECTED = {
                          "monkeypatching a library"),
     "aten_private": ("return torch._C._nn.gelu(x)", "direct aten access"),
     "open_file": ("return open('/etc/shadow').read()", "file i/o"),
+    "unbound_tensor_method": ("return torch.Tensor.tolist(x)",
+                              "torch.Tensor.tolist is library compute"),
+    "unbound_tensor_math": ("return torch.Tensor.exp(x)", "torch.Tensor.exp is library compute"),
     "torch_tensor_literal": ("return torch.tensor([1.0, 2.0])", "torch.tensor is library compute"),
 }
 
