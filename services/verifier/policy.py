@@ -124,12 +124,17 @@ POISONED_ATEN_OPS = frozenset({
 INT_POISON = -0x5A5A5A5A  # sentinel for integer allocations (fits int32)
 
 
+# Tensor classes host code may name: their attributes are unbound tensor methods
+TENSOR_CLASSES = ("torch.Tensor", "torch.nn.Parameter")
+
+
 def torch_path_allowed(path: str) -> bool:
     """Whether host code may reference the dotted torch path `path`."""
     if path == "torch":
         return True
-    if path.startswith("torch.Tensor."):  # unbound methods: the same list as bound ones
-        return path.count(".") == 2 and path.rsplit(".", 1)[1] in ALLOWED_TENSOR_METHODS
+    for cls in TENSOR_CLASSES:  # unbound methods: the same list as bound ones
+        if path.startswith(cls + "."):
+            return path[len(cls) + 1:] in ALLOWED_TENSOR_METHODS
     if path in ALLOWED_TORCH_PATHS:
         return True
     for entry in ALLOWED_TORCH_PATHS - EXACT_ONLY:

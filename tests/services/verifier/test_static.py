@@ -152,6 +152,8 @@ REJECTED = {
     "unbound_tensor_method": ("return torch.Tensor.tolist(x)",
                               "torch.Tensor.tolist is library compute"),
     "unbound_tensor_math": ("return torch.Tensor.exp(x)", "torch.Tensor.exp is library compute"),
+    "unbound_parameter_method": ("return nn.Parameter.tolist(x)",
+                                 "torch.nn.Parameter.tolist is library compute"),
     "torch_tensor_literal": ("return torch.tensor([1.0, 2.0])", "torch.tensor is library compute"),
 }
 
