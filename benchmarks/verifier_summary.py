@@ -97,7 +97,9 @@ def _exclusive(rows: list[dict[str, Any]], problems: list[str], wall: float) -> 
     stopping and resuming the other sandboxes around each of them, also under the lock
     (the lock's own `exclusive_s` less all four is what no lap accounts for); `unsettled`:
     how many of them started with a stopped process still not stopped after the wait
-    (`unsettled_d`: how many such processes were in uninterruptible sleep, all phases)."""
+    (`unsettled_d`: how many such processes were in uninterruptible sleep, all phases);
+    `settled_threads`: processes counted as settled only by their threads' states (in a
+    job-control stop, or exiting), all phases."""
     phases = [x.get("phase_s") or {} for x in rows]
     bundles: dict[str, dict[str, float]] = {}
     for problem, x in zip(problems, rows):
@@ -116,6 +118,8 @@ def _exclusive(rows: list[dict[str, Any]], problems: list[str], wall: float) -> 
     if any("exclusive_unsettled" in p for p in every):  # runs since the thirty-fourth session
         out["unsettled"] = sum(p.get("exclusive_unsettled", 0) > 0 for p in every)
         out["unsettled_d"] = sum(p.get("exclusive_unsettled_d", 0) for p in every)
+    if any("exclusive_settled_threads" in p for p in every):  # since the thirty-seventh
+        out["settled_threads"] = sum(p.get("exclusive_settled_threads", 0) for p in every)
     return out
 
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 TIMING_NICE = -10  # the exclusive timing phase outranks every other sandbox (nice 0)
 QUIET_WAIT_S = 90.0  # longer than a timed phase may last (timing_timeout_s, 60 s)
 STOP_SETTLE_S = 0.02  # most a pause waits for its SIGSTOPs to land (one in D state may not)
+PF_EXITING = 0x4  # a thread's flags (/proc/PID/task/TID/stat, field 9): it is in do_exit
 
 
 @contextmanager
@@ -28,7 +29,8 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
     """SIGSTOP every process `others()` lists (the other sandboxes on the host) while one
     is timed; yields a dict that ends up holding how many were stopped, how many of them
     were not yet seen to stop as the timing began (`unsettled`, after a bounded wait; of
-    which `unsettled_d` in uninterruptible sleep), how many process groups were stopped
+    which `unsettled_d` in uninterruptible sleep; `settled_threads`: how many counted as
+    settled only by their threads, see `threads_settled`), how many process groups were stopped
     as a whole (`groups`), and how many were gone by the end (exited or killed meanwhile:
     a CUDA context torn down).
 
@@ -36,7 +38,8 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
     batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s of a timed phase, they
     lose only that time (their wall clocks are generous). Without a sandbox uid
     (rlimits-only mode, `others` None) nothing is paused."""
-    info = {"stopped": 0, "gone": 0, "unsettled": 0, "unsettled_d": 0, "groups": 0}
+    info = {"stopped": 0, "gone": 0, "unsettled": 0, "unsettled_d": 0, "groups": 0,
+            "settled_threads": 0}
     if others is None:
         yield info
         return
@@ -56,7 +59,8 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
                 if _signal(os.kill, pid, signal.SIGSTOP):
                     stopped.append(pid)
                     moving.append(pid)
-            moving = _settle(moving, groups, settle_by)
+            moving, by_threads = _settle(moving, groups, settle_by)
+            info["settled_threads"] += by_threads
         info.update(stopped=len(stopped), unsettled=len(moving), groups=len(groups))
         info["unsettled_d"] = sum(_stat(pid)[0] == "D" for pid in moving)  # diagnostics
         yield info
@@ -100,22 +104,68 @@ def _signal(send: Callable[[int, int], None], target: int, sig: int) -> bool:
         return False
 
 
-def _settle(pids: list[int], groups: set[int], deadline: float) -> list[int]:
-    """Wait (until `deadline`) for each of `pids` to stop; the ones that have not by then.
-    Stopped, gone, or holding a SIGSTOP sent to its whole group (runnable but not yet run:
-    it stops before it runs its own code again, and a child it forks gets the stop too)."""
+def _settle(pids: list[int], groups: set[int], deadline: float) -> tuple[list[int], int]:
+    """Wait (until `deadline`) for each of `pids` to stop; the ones that have not by then,
+    and how many of the rest only their threads showed settled (diagnostics)."""
+    by_threads = 0
     while True:
-        pids = [pid for pid in pids if not _still(pid, groups)]
+        moving = []
+        for pid in pids:
+            how = _still(pid, groups)
+            if how is None:
+                moving.append(pid)
+            by_threads += how == "threads"
+        pids = moving
         if not pids or time.monotonic() >= deadline:
-            return pids
+            return pids, by_threads
         time.sleep(0.0002)
 
 
-def _still(pid: int, groups: set[int]) -> bool:
+def _still(pid: int, groups: set[int]) -> str | None:
+    """How the process is settled, or None if it may run its own code yet: stopped or
+    gone; holding a SIGSTOP sent to its whole group (runnable but not yet run: it stops
+    before it runs its own code again, and a child it forks gets the stop too); or its
+    threads show it (`threads_settled`)."""
     state, group = _stat(pid)
     if state in ("T", "t", "Z", "X", None):  # stopped (by a signal, traced), zombie, reaped
+        return "stopped"
+    if group in groups and _stop_pending(pid):
+        return "pending"
+    return "threads" if threads_settled(_thread_stats(pid)) else None
+
+
+def threads_settled(threads: list[tuple[str, int]]) -> bool:
+    """Will a process whose threads are in these (state letter, flags) run none of its own
+    code again before a SIGCONT? Yes if one thread is in a job-control stop (the thread
+    that took the SIGSTOP stops the whole process: the rest stop on their way back to user
+    mode, e.g. a main thread in D inside a driver call, whose /proc/PID/stat shows D), or
+    if every thread is exiting (PF_EXITING, or a zombie: a process exiting drops a
+    SIGSTOP, so no wait stops it, yet it runs no user code again). On an H100 (thirty-
+    seventh session) 15 of 147 pauses waited the whole settle time for some process, 22
+    of the 28 in D; which of these two cases they were is what `settled_threads` shows."""
+    if not threads:
+        return False  # unreadable: no proof
+    if any(state == "T" for state, _ in threads):
         return True
-    return group in groups and _stop_pending(pid)
+    return all(state in ("Z", "X") or flags & PF_EXITING for state, flags in threads)
+
+
+def _thread_stats(pid: int) -> list[tuple[str, int]]:
+    """Each of the process's threads' state letter and flags (/proc/PID/task/*/stat);
+    empty if the process is gone or its threads cannot be read."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out.append((fields[0], int(fields[6])))
+        except (OSError, IndexError, ValueError):
+            continue  # that thread is gone: the others decide
+    return out
 
 
 def _stop_pending(pid: int) -> bool:

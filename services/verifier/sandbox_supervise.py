@@ -149,6 +149,7 @@ def _timed_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: i
                 t["exclusive_unsettled"] = paused["unsettled"]
                 t["exclusive_unsettled_d"] = paused["unsettled_d"]
                 t["exclusive_groups"] = paused["groups"]
+                t["exclusive_settled_threads"] = paused["settled_threads"]
         lap("exclusive_resume")  # the others continued; the lock goes as this block ends
     return done
 

@@ -106,3 +106,8 @@ def test_timed_phases_begun_before_every_stop_landed_are_counted(saved: dict) ->
     timed[1]["phase_s"].update(exclusive_unsettled=1)
     got = summarize(rows, keys, v["wall_s"], v["workers"])["exclusive_s"]
     assert (got["unsettled"], got["unsettled_d"]) == (2, 2)
+    assert "settled_threads" not in got  # runs before the thirty-seventh session
+    timed[2]["phase_s"].update(exclusive_settled_threads=4)
+    timed[3]["phase_s"].update(exclusive_settled_threads=1)
+    got = summarize(rows, keys, v["wall_s"], v["workers"])["exclusive_s"]
+    assert got["settled_threads"] == 5
