@@ -6,7 +6,8 @@ reference workers and the parent draw on one device's memory. On an 80 GB H100 t
 batch (12 sandboxes, 4 reference workers) ran the device out of memory: honest kernels were
 rejected with "CUDA out of memory" and whole problems were declared unusable
 (benchmarks/verifier_notes.md, sixteenth session). A run that failed that way is made
-again, alone among such reruns and once the device has room (oom_reruns.py says how often).
+again once the device has room for it beside the other reruns (oom_reruns.py says how
+often).
 Whether it failed that way is read from what the candidate's sandbox printed, which is never
 trusted for a verdict; here it only decides whether to spend another run, and that run is
 judged like the first.
@@ -150,13 +151,18 @@ def release_cached(short_fraction: float = SHORT_FRACTION) -> bool:
 
 
 class DeviceMemory:
-    """Reruns after an out-of-memory failure, one at a time, each after the device has room
-    (or after `timeout_s`: it runs anyway, and fails again if there is still none). A wait
-    that ran its whole length without room saw memory held longer than any run of the batch
-    lasts (by another tenant of the device, or the parent's caches), and one that saw the
-    free memory stand still for STILL_S saw nothing of the batch's come or go: either
-    way, until room is seen again, waits last at most OUTSIDE_WAIT_S, so the batch's
-    reruns, one at a time, do not each wait it out."""
+    """Reruns after an out-of-memory failure, each once the device has room for it beside
+    the reruns already running (their rooms are counted as taken until they end, though
+    what they hold already shows in the free memory: a second count, on the safe side), or
+    after `timeout_s`: it runs anyway, and fails again if there is still none. A rerun
+    whose smaller room is free goes ahead of a larger one still waiting (beside a 64 GB
+    hog on an H100, nineteen reruns queued one at a time behind one wait, ~12 verdicts a
+    minute: verifier_notes.md, thirty-sixth session). A wait that ran its whole length and
+    still found less than its room free, the running reruns' rooms not counted, saw memory
+    held longer than any run of the batch lasts (by another tenant of the device, or the parent's caches), and one that saw
+    the free memory stand still for STILL_S while no rerun ran saw nothing of the batch's
+    come or go: either way, until room is seen again, waits last at most OUTSIDE_WAIT_S,
+    so the batch's reruns do not each wait it out."""
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
                  poll_s: float = 0.2, on_short: Callable[[], object] | None = None) -> None:
@@ -164,10 +170,16 @@ class DeviceMemory:
         # idle warm sandboxes: beside a 64 GB hog on an H100, they held the 16 GB left while
         # every rerun waited for room; verifier_notes.md, thirty-fourth session)
         self._free, self._poll_s, self._on_short = free, poll_s, on_short
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # a look at the free memory and a room taken: one step
+        self._taken = 0  # bytes: the rooms of the reruns running now
+        self._waiters = 0
         self._total: int | None = None
         self.held_outside = False  # the last wait ran out: memory held outside the runs
-        self.waiting = False  # a wait for room is on: no sandbox starts ahead of demand
+
+    @property
+    def waiting(self) -> bool:
+        """Is a wait for room on? (No sandbox starts ahead of demand meanwhile.)"""
+        return self._waiters > 0
 
     def total(self) -> int | None:
         """The device's memory in bytes (None where it cannot be read); asked of the driver
@@ -180,33 +192,53 @@ class DeviceMemory:
     @contextmanager
     def room(self, need: int, timeout_s: float) -> Iterator[float]:
         """Held for one rerun; yields the seconds waited for `need` free bytes."""
+        limit = min(timeout_s, OUTSIDE_WAIT_S) if self.held_outside else timeout_s
+        t0 = time.monotonic()
         with self._lock:
-            limit = min(timeout_s, OUTSIDE_WAIT_S) if self.held_outside else timeout_s
-            t0, self.waiting = time.monotonic(), True
-            try:
-                self._poll(need, t0, limit)
-            finally:
-                self.waiting = False
+            self._waiters += 1
+        try:
+            self._poll(need, t0, limit)
+        finally:
+            with self._lock:
+                self._waiters -= 1
+        try:
             yield round(time.monotonic() - t0, 3)
+        finally:
+            with self._lock:
+                self._taken -= need
+
+    def _take(self, need: int) -> tuple[bool, int]:
+        """Take `need` bytes if they are free beside the running reruns' rooms (or if the
+        free memory cannot be read); whether taken, and the free bytes seen."""
+        with self._lock:
+            free = self._free()
+            if free is None or free >= need + self._taken:
+                self._taken += need
+                return True, -1 if free is None else free
+            return False, free
 
     def _poll(self, need: int, t0: float, limit: float) -> None:
-        """Until `need` bytes are free, or `limit` s have passed since `t0`, or the free
-        memory has stood still for STILL_S. Sandboxes started just before the wait (their
-        CUDA contexts come seconds later) are closed at a later poll if still idle."""
+        """Until `need` bytes are free beside the running reruns' rooms (then taken), or
+        `limit` s have passed since `t0`, or the free memory has stood still for STILL_S
+        with no rerun running (then taken anyway). Sandboxes started just before the wait
+        (their CUDA contexts come seconds later) are closed at a later poll if still idle."""
         seen, since = -1, t0  # the free bytes last seen to move, and when
         while True:
-            free = self._free()
-            if free is None or free >= need:
+            taken, free = self._take(need)
+            if taken:
                 self.held_outside = False
                 return
             now = time.monotonic()
-            if abs(free - seen) > STILL_BYTES:
+            if abs(free - seen) > STILL_BYTES or self._taken:  # moving, or a rerun runs
                 seen, since = free, now
             if self._on_short is not None:
                 self._on_short()
-                if (self._free() or 0) >= need:  # their memory is back already
+                if (self._free() or 0) >= need + self._taken:  # their memory is back already
                     continue
             if now - t0 >= limit or now - since >= STILL_S:
-                self.held_outside = True
+                with self._lock:
+                    self._taken += need
+                    # short even of what the reruns hold: memory held outside them
+                    self.held_outside = (self._free() or 0) < need
                 return
             time.sleep(self._poll_s)

@@ -10,7 +10,7 @@ from typing import Literal
 from services.verifier.policy import DEFAULT_POLICY, POLICIES
 
 # Bump whenever a rule changes: verdicts of different versions are not comparable.
-VERIFIER_VERSION = "1.15.0"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
+VERIFIER_VERSION = "1.15.1"  # 1.1: float64 reference accepted too; 1.2: compare on the GPU;
 # 1.3: times from the adaptive shadow and the back-to-back loop (up to 6% above 1.2's);
 # 1.4: slow kernels get ~0.25 s of runs per loop (>= 10), a 25 ms warm-up, a host late by
 # under 1% of the run is no retry, no retry after 0.5 s; outputs up to 4 MiB compared on the
@@ -48,6 +48,9 @@ VERIFIER_VERSION = "1.15.0"  # 1.1: float64 reference accepted too; 1.2: compare
 # forward may read at most 8 tensor values back to the host (.item(), float(), copies to the
 # CPU): past that it is stopped and rejected (host_compute: arithmetic in Python passed);
 # unbound tensor methods (torch.Tensor.tolist(x)) follow the bound methods' allow-list
+# 1.15.1: reruns after an out-of-memory failure run side by side while the device has room
+# for all their rooms (they went one at a time), so fewer wait out their limit; a pause
+# counts a process whose stop is under way (one thread stopped) or that is exiting as settled
 
 
 def _default_cache() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -72,18 +73,80 @@ def test_a_rerun_waits_for_the_problems_size_in_free_memory() -> None:
     assert need_bytes({"shapes": []}) == gpu_memory.MIN_NEED
 
 
-def test_room_waits_until_free_then_lets_one_rerun_in_at_a_time() -> None:
-    free = iter([1 * GIB, 2 * GIB, 8 * GIB] + [8 * GIB] * 100)
+def test_room_waits_until_free_then_lets_a_rerun_in() -> None:
+    free = iter([1 * GIB, 2 * GIB] + [8 * GIB] * 100)
     mem = DeviceMemory(free=lambda: next(free), poll_s=0.01)
     with mem.room(4 * GIB, timeout_s=5) as waited:
-        assert waited >= 0.02  # two polls short of room
-        other = threading.Thread(target=lambda: mem.room(0, 5).__enter__())
-        t0 = time.monotonic()
-        other.start()
-        other.join(0.2)
-        assert other.is_alive()  # the second rerun waits for the first
-    other.join(5)
-    assert not other.is_alive() and time.monotonic() - t0 >= 0.2
+        assert waited >= 0.02 and not mem.held_outside  # two polls short of room
+
+
+def _enter(mem: DeviceMemory, need: int, log: list[str], name: str,
+           leave: threading.Event) -> threading.Thread:
+    """A rerun in another thread: `name` goes into `log` once it is let in; it holds its
+    room until `leave` is set."""
+    def rerun() -> None:
+        with mem.room(need, timeout_s=30):
+            log.append(name)
+            leave.wait(10)
+    t = threading.Thread(target=rerun)
+    t.start()
+    return t
+
+
+def test_reruns_go_in_side_by_side_while_the_device_has_room_for_all() -> None:
+    """Beside a 64 GB hog on an H100 nineteen reruns queued one at a time behind one wait
+    (thirty-sixth session). A rerun goes in as soon as its room is free beside the rooms of
+    the reruns running (counted as taken until they end); a smaller one goes ahead of a
+    larger one that has to wait."""
+    mem = DeviceMemory(free=lambda: 6 * GIB, poll_s=0.01)
+    log: list[str] = []
+    leave_a, leave_b, leave_c = threading.Event(), threading.Event(), threading.Event()
+    a = _enter(mem, 4 * GIB, log, "a", leave_a)
+    _wait_for(lambda: log == ["a"])
+    b = _enter(mem, 4 * GIB, log, "b", leave_b)  # 4 + 4 > 6: waits for a
+    time.sleep(0.1)
+    c = _enter(mem, 1 * GIB, log, "c", leave_c)  # 4 + 1 <= 6: in beside a, ahead of b
+    _wait_for(lambda: log == ["a", "c"])
+    time.sleep(0.1)
+    assert log == ["a", "c"] and mem.waiting
+    leave_a.set()  # a's room is back: 4 + 1 <= 6
+    _wait_for(lambda: log == ["a", "c", "b"])
+    leave_b.set()
+    leave_c.set()
+    for t in (a, b, c):
+        t.join(5)
+    assert not mem.waiting and not mem.held_outside and mem._taken == 0
+
+
+def test_a_wait_behind_running_reruns_is_not_memory_held_outside(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The free memory stands still while a rerun runs (its room taken): that is the batch's
+    own, so the wait goes on past STILL_S; and one that runs out its time short only of
+    what running reruns hold does not make the next waits brief."""
+    monkeypatch.setattr(gpu_memory, "STILL_S", 0.1)
+    mem = DeviceMemory(free=lambda: 6 * GIB, poll_s=0.01)
+    log: list[str] = []
+    leave = threading.Event()
+    a = _enter(mem, 4 * GIB, log, "a", leave)
+    _wait_for(lambda: log == ["a"])
+    threading.Timer(0.4, leave.set).start()
+    with mem.room(4 * GIB, timeout_s=5) as waited:
+        assert waited >= 0.35 and not mem.held_outside  # in once a's room was back
+    a.join(5)
+    leave.clear()
+    a = _enter(mem, 4 * GIB, log, "a2", leave)
+    _wait_for(lambda: log[-1] == "a2")
+    with mem.room(4 * GIB, timeout_s=0.2) as waited:  # ran out: 6 GiB free is its room
+        assert waited >= 0.2 and not mem.held_outside
+    leave.set()
+    a.join(5)
+
+
+def _wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        time.sleep(0.005)
 
 
 def test_room_gives_up_waiting_after_its_timeout() -> None:
@@ -154,10 +217,10 @@ def test_a_session_short_of_room_closes_its_idle_warm_sandboxes() -> None:
             assert waited < 30 and not s.slots._idle and not s.ref_slots._idle
         assert not any(x.process.alive for x in idle)
         s.slots.may_start = s._may_start  # as a CUDA session's (no device here: room)
-        s.memory.waiting = True
+        s.memory._waiters = 1  # as during a wait for room
         s.slots.fill()  # a wait for room in progress: none started ahead of demand
         assert not s.slots._idle
-        s.memory.waiting = False
+        s.memory._waiters = 0
         s.slots.fill()
         assert len(s.slots._idle) == 2
     finally:
