@@ -159,10 +159,10 @@ class DeviceMemory:
     hog on an H100, nineteen reruns queued one at a time behind one wait, ~12 verdicts a
     minute: verifier_notes.md, thirty-sixth session). A wait that ran its whole length and
     still found less than its room free, the running reruns' rooms not counted, saw memory
-    held longer than any run of the batch lasts (by another tenant of the device, or the parent's caches), and one that saw
-    the free memory stand still for STILL_S while no rerun ran saw nothing of the batch's
-    come or go: either way, until room is seen again, waits last at most OUTSIDE_WAIT_S,
-    so the batch's reruns do not each wait it out."""
+    held longer than any run of the batch lasts (by another tenant of the device, or the
+    parent's caches), and one that saw the free memory stand still for STILL_S while no
+    rerun ran saw nothing of the batch's come or go: either way, until room is seen again,
+    waits last at most OUTSIDE_WAIT_S, so the batch's reruns do not each wait it out."""
 
     def __init__(self, free: Callable[[], int | None] = cuda_free_bytes,
                  poll_s: float = 0.2, on_short: Callable[[], object] | None = None) -> None:

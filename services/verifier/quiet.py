@@ -30,9 +30,9 @@ def others_paused(others: Callable[[], list[int]] | None) -> Iterator[dict[str, 
     is timed; yields a dict that ends up holding how many were stopped, how many of them
     were not yet seen to stop as the timing began (`unsettled`, after a bounded wait; of
     which `unsettled_d` in uninterruptible sleep; `settled_threads`: how many counted as
-    settled only by their threads, see `threads_settled`), how many process groups were stopped
-    as a whole (`groups`), and how many were gone by the end (exited or killed meanwhile:
-    a CUDA context torn down).
+    settled only by their threads, see `threads_settled`), how many process groups were
+    stopped as a whole (`groups`), and how many were gone by the end (exited or killed
+    meanwhile: a CUDA context torn down).
 
     On the H200 with 12 workers the within-run spread of short kernels was 30-280% in
     batches against ~1% on a quiet host. Stopped for the ~0.1-0.5 s of a timed phase, they

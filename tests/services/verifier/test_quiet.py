@@ -53,8 +53,8 @@ def _main_thread(pid: int) -> tuple[str, int]:
 
 def _exit_samples(child: subprocess.Popen[bytes]) -> list[bool]:
     """Tell `child` to exit; once it is exiting, stop its group as a pause does and ask
-    `_still` again and again (settled or not); keep each answer given while it was exiting still (not yet
-    a zombie) both before and after the question."""
+    `_still` again and again whether it is settled; keep each answer given while it was
+    exiting still (not yet a zombie) both before and after the question."""
     assert child.stdin is not None
     child.stdin.write(b"x")
     child.stdin.flush()
@@ -80,9 +80,9 @@ def _exit_samples(child: subprocess.Popen[bytes]) -> list[bool]:
 def test_a_process_exiting_as_it_is_stopped_counts_as_settled() -> None:
     """A process in do_exit drops the SIGSTOP and runs no user code again; before the
     thirty-seventh session a pause waited its whole settle time for it. (On an H100, 15 of
-    147 pauses waited so, mostly for processes in D: exiting ones, tearing down a CUDA
-    context, are the suspected case.) Here the exit is a 1 GiB unmap (~70 ms on the CI
-    host); the old rule answered "not settled" in every sample."""
+    147 pauses waited so, mostly for processes in D: an exit is one case the new rule
+    covers, a sibling thread already stopped the other.) Here the exit is a 1 GiB unmap
+    (~70 ms on the CI host); the old rule answered "not settled" in every sample."""
     for _ in range(3):  # the exit's window can be missed on a loaded host: try again
         answers = _exit_samples(_exiting_child())
         if answers:
