@@ -159,12 +159,9 @@ def _thread_stats(pid: int) -> list[tuple[str, int]]:
         return []
     out = []
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if len(fields) > 6 and fields[6].isdigit():  # else that thread is gone: the rest decide
             out.append((fields[0], int(fields[6])))
-        except (OSError, IndexError, ValueError):
-            continue  # that thread is gone: the others decide
     return out
 
 
@@ -182,12 +179,20 @@ def _stop_pending(pid: int) -> bool:
 
 def _stat(pid: int) -> tuple[str | None, int | None]:
     """The process's state letter and process group (/proc/PID/stat); None once reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if len(fields) > 2 and fields[2].lstrip("-").isdigit():
         return fields[0], int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return None, None
+    return None, None
+
+
+def _stat_fields(path: str) -> list[str]:
+    """A /proc stat file's fields after the command name (the state letter first); empty
+    if it cannot be read (the process or thread is gone)."""
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
 
 
 class _Quiet:

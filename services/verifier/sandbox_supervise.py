@@ -146,10 +146,8 @@ def _timed_phase(proc: subprocess.Popen, ctrl: Control, gates: Gates,  # type: i
                 # what else ran meanwhile: host CPU busy, sandboxes paused / gone (diagnostics)
                 t["exclusive_cpu_busy"] = cpu.busy() or 0.0
                 t["exclusive_paused"], t["exclusive_gone"] = paused["stopped"], paused["gone"]
-                t["exclusive_unsettled"] = paused["unsettled"]
-                t["exclusive_unsettled_d"] = paused["unsettled_d"]
-                t["exclusive_groups"] = paused["groups"]
-                t["exclusive_settled_threads"] = paused["settled_threads"]
+                for k in ("unsettled", "unsettled_d", "groups", "settled_threads"):
+                    t[f"exclusive_{k}"] = paused[k]
         lap("exclusive_resume")  # the others continued; the lock goes as this block ends
     return done
 

@@ -43,12 +43,8 @@ def _exiting_child() -> subprocess.Popen[bytes]:
 
 def _main_thread(pid: int) -> tuple[str, int]:
     """The process's state letter and flags (/proc/PID/stat); ("X", 0) once reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return "X", 0
-    return fields[0], int(fields[6])
+    fields = quiet._stat_fields(f"/proc/{pid}/stat")
+    return (fields[0], int(fields[6])) if fields else ("X", 0)
 
 
 def _exit_samples(child: subprocess.Popen[bytes]) -> list[bool]:
