@@ -209,12 +209,12 @@ class DeviceMemory:
 
     def _take(self, need: int) -> tuple[bool, int]:
         """Take `need` bytes if they are free beside the running reruns' rooms (or if the
-        free memory cannot be read); whether taken, and the free bytes seen."""
+        free memory cannot be read); whether taken, and (if not) the free bytes seen."""
         with self._lock:
             free = self._free()
             if free is None or free >= need + self._taken:
                 self._taken += need
-                return True, -1 if free is None else free
+                return True, 0
             return False, free
 
     def _poll(self, need: int, t0: float, limit: float) -> None:
